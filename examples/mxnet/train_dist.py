@@ -1,0 +1,179 @@
+"""Distributed MXNet training over the ps-lite parameter server (kvstore ``dist_sync``).
+
+One program for every replica of an MxJob; the role comes from the environment contract:
+
+- ``DMLC_ROLE=scheduler|server``: ``import mxnet`` itself starts the ps-lite node and runs
+  the server loop (``mxnet.kvstore.kvstore_server._init_kvstore_server_module``); it returns
+  (via ``SystemExit``) once every worker has finalised the kvstore.
+- ``DMLC_ROLE=worker``: trains a small MLP regression with ``gluon.Trainer`` on
+  ``mx.kv.create('dist_sync')``; the optimizer runs on the servers (update_on_kvstore), the
+  data is sharded by ``kv.rank``.
+
+Environment read (the MXNet contract): DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT,
+DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_WORKER_ID (workers), MX_CONFIG (optional, JSON).
+ps-lite also reads DMLC_NODE_HOST / DMLC_INTERFACE to choose the address a server or worker
+advertises; locally the runner sets DMLC_NODE_HOST=127.0.0.1.
+
+Every replica ends with one line ``TRAINJOBS_RESULT {json}``; exit status 0 on success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+# Small CPU footprint: several replicas share a couple of cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
+os.environ.setdefault("MXNET_ENGINE_TYPE", "ThreadedEnginePerDevice")
+
+REQUIRED = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def result(**fields: object) -> None:
+    print("TRAINJOBS_RESULT " + json.dumps(fields, sort_keys=True), flush=True)
+
+
+def contract() -> dict[str, object]:
+    missing = [k for k in REQUIRED if not os.environ.get(k)]
+    if missing:
+        raise SystemExit(f"train_dist.py: missing environment: {', '.join(missing)}")
+    role = os.environ["DMLC_ROLE"]
+    if role not in ("scheduler", "server", "worker"):
+        raise SystemExit(f"train_dist.py: DMLC_ROLE={role!r} is not scheduler|server|worker")
+    mx_config = json.loads(os.environ["MX_CONFIG"]) if os.environ.get("MX_CONFIG") else None
+    index: int | None = None
+    if mx_config is not None:
+        task = mx_config.get("task", {})
+        if task.get("type") != role:
+            raise SystemExit(f"train_dist.py: MX_CONFIG task type {task.get('type')!r} != DMLC_ROLE {role!r}")
+        index = int(task.get("index", 0))
+    if role == "worker" and os.environ.get("DMLC_WORKER_ID") is not None:
+        wid = int(os.environ["DMLC_WORKER_ID"])
+        if index is not None and index != wid:
+            raise SystemExit(f"train_dist.py: DMLC_WORKER_ID={wid} but MX_CONFIG task index={index}")
+        index = wid
+    if role == "scheduler" and index is None:
+        index = 0
+    return {
+        "role": role,
+        "index": index,
+        "num_server": int(os.environ["DMLC_NUM_SERVER"]),
+        "num_worker": int(os.environ["DMLC_NUM_WORKER"]),
+        "root": f"{os.environ['DMLC_PS_ROOT_URI']}:{os.environ['DMLC_PS_ROOT_PORT']}",
+        "mx_config": mx_config,
+    }
+
+
+def run_server(c: dict[str, object]) -> int:
+    log(f"{c['role']} {c['index']}: starting ps-lite node, scheduler at {c['root']}")
+    t0 = time.time()
+    try:
+        import mxnet  # noqa: F401  -- runs the scheduler/server loop, then sys.exit()
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            raise
+    else:  # pragma: no cover - would mean MXNet thinks this process is a worker
+        log(f"{c['role']}: mxnet returned without running the server loop")
+        return 1
+    log(f"{c['role']} {c['index']}: all workers finished after {time.time() - t0:.1f}s")
+    result(role=c["role"], index=c["index"], first_loss=None, final_loss=None, param_checksum=None)
+    return 0
+
+
+def make_data(n: int, d: int):  # noqa: ANN201
+    import numpy as np
+
+    rng = np.random.RandomState(1234)  # same data on every worker; each takes its shard
+    x = rng.uniform(-1, 1, size=(n, d)).astype("float32")
+    w = rng.normal(size=(d, 1)).astype("float32")
+    y = (np.tanh(x @ w) * 2.0 + 0.5 + 0.01 * rng.normal(size=(n, 1))).astype("float32")
+    return x, y
+
+
+def run_worker(c: dict[str, object], args: argparse.Namespace) -> int:
+    import mxnet as mx
+    import numpy as np
+    from mxnet import autograd, gluon
+
+    t0 = time.time()
+    kv = mx.kv.create("dist_sync")
+    rank, nworkers = kv.rank, kv.num_workers
+    if nworkers != c["num_worker"]:
+        raise SystemExit(f"kvstore reports {nworkers} workers, DMLC_NUM_WORKER={c['num_worker']}")
+    log(
+        f"worker {c['index']}: kvstore {kv.type} rank {rank}/{nworkers} "
+        f"({c['num_server']} servers, scheduler {c['root']}) ready in {time.time() - t0:.1f}s"
+    )
+
+    x_all, y_all = make_data(args.samples, args.features)
+    x, y = x_all[rank::nworkers], y_all[rank::nworkers]
+    log(f"worker {c['index']}: shard {len(x)} of {len(x_all)} samples (rank {rank})")
+
+    mx.random.seed(42)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(16, activation="tanh"), gluon.nn.Dense(1))
+    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    net(mx.nd.array(x[:1]))  # materialise shapes
+    trainer = gluon.Trainer(
+        net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv
+    )
+    loss_fn = gluon.loss.L2Loss()
+    xb, yb = mx.nd.array(x), mx.nd.array(y)
+
+    first = final = None
+    for step in range(1, args.steps + 1):
+        with autograd.record():
+            loss = loss_fn(net(xb), yb)
+        loss.backward()
+        trainer.step(len(x))  # push grads, servers apply SGD, pull weights (dist_sync)
+        value = float(loss.mean().asscalar())
+        if first is None:
+            first = value
+        final = value
+        log(f"worker {c['index']} step {step} loss {value:.6f}")
+
+    # Weights after the last pull are the servers' copy: identical on every worker.
+    params = [p.data().asnumpy() for p in net.collect_params().values()]
+    blob = b"".join(np.ascontiguousarray(p, dtype="float32").tobytes() for p in params)
+    checksum = hashlib.sha256(blob).hexdigest()[:16]
+    full_loss = float(((net(mx.nd.array(x_all)).asnumpy() - y_all) ** 2).mean() / 2)
+    log(f"worker {c['index']}: done in {time.time() - t0:.1f}s, full-data loss {full_loss:.6f}")
+    result(
+        role="worker",
+        index=c["index"],
+        rank=rank,
+        num_workers=nworkers,
+        steps=args.steps,
+        first_loss=first,
+        final_loss=final,
+        full_data_loss=full_loss,
+        param_checksum=checksum,
+        param_sum=float(sum(float(p.sum()) for p in params)),
+    )
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--samples", type=int, default=512)
+    ap.add_argument("--features", type=int, default=8)
+    args = ap.parse_args()
+    c = contract()
+    if c["role"] == "worker":
+        return run_worker(c, args)
+    return run_server(c)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The Caffe2Job kind: data-parallel shards that rendezvous through Redis or a shared directory.
+
+Environment contract (../shared/design/api.md), in the `caffe2` container: SHARD_ID,
+NUM_SHARDS, RUN_ID (one per run of the job: its uid), REDIS_HOST/REDIS_PORT (redis backend) or
+NFS_PATH (nfs backend), and CAFFE2_CONFIG. The backend defaults to `none` for one worker and
+`redis` otherwise; a redis backend without `redisHost` gets a managed Redis (the
+`managed_redis` feature plugin). The job succeeds when every worker has succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import Field
+
+from trainjobs.plugin import (
+    Framework,
+    FrameworkPlugin,
+    Job,
+    JobSpec,
+    RenderContext,
+    Replica,
+    ReplicaEnv,
+    ReplicaOutcome,
+    ReplicaPhase,
+    ReplicaType,
+    SpecError,
+    SpecModel,
+)
+
+__all__ = ["CAFFE2", "BackendSpec", "Caffe2JobSpec", "Caffe2Plugin", "effective_backend",
+           "plugin", "run_id"]
+
+PLACEHOLDER_RUN_ID = "00000000-0000-0000-0000-000000000000"
+
+
+class BackendSpec(SpecModel):
+    """Where the shards rendezvous."""
+
+    type: Literal["none", "redis", "nfs"] | None = Field(
+        default=None, description="none, redis or nfs; default none for one worker, else redis.")
+    redis_host: str | None = Field(default=None, description="An existing Redis; empty: managed.")
+    redis_port: int = Field(default=6379, ge=1, le=65535)
+    nfs_path: str | None = Field(default=None, description="A directory every shard mounts.")
+
+
+class Caffe2JobSpec(JobSpec):
+    backend: BackendSpec = Field(default_factory=BackendSpec)
+
+
+CAFFE2 = Framework(
+    kind="Caffe2Job",
+    plural="caffe2jobs",
+    short_names=("c2j",),
+    name="caffe2",
+    replica_types=(ReplicaType("Worker", 1, None, description="The shards; all must succeed."),),
+    container_name="caffe2",
+    default_port=2222,
+    spec_model=Caffe2JobSpec,
+    description="A data-parallel Caffe2 (Gloo) job: shards rendezvous via Redis or NFS.",
+)
+
+
+def effective_backend(job: Job) -> Literal["none", "redis", "nfs"]:
+    spec: Caffe2JobSpec = job.spec  # type: ignore[assignment]
+    if spec.backend.type is not None:
+        return spec.backend.type
+    workers = sum(r.replicas for r in spec.replica_specs.values())
+    return "none" if workers <= 1 else "redis"
+
+
+def run_id(job: Job) -> str:
+    """The same for every shard of one run: the job's uid."""
+    return job.metadata.uid or PLACEHOLDER_RUN_ID
+
+
+class Caffe2Plugin(FrameworkPlugin):
+    framework = CAFFE2
+
+    def validate(self, job: Job) -> list[SpecError]:
+        spec: Caffe2JobSpec = job.spec  # type: ignore[assignment]
+        backend = effective_backend(job)
+        if backend == "nfs" and not spec.backend.nfs_path:
+            return [SpecError("spec.backend.nfsPath", "required for the nfs backend")]
+        workers = sum(r.replicas for r in spec.replica_specs.values())
+        if backend == "none" and workers > 1:
+            return [SpecError("spec.backend.type", f"'none' cannot connect {workers} shards; "
+                              "use redis or nfs")]
+        return []
+
+    def replica_env(self, job: Job, replica: Replica, ctx: RenderContext) -> ReplicaEnv:
+        spec: Caffe2JobSpec = job.spec  # type: ignore[assignment]
+        workers = ctx.cluster.of_type(replica.type)
+        values = {
+            "SHARD_ID": str(replica.index),
+            "NUM_SHARDS": str(len(workers)),
+            "RUN_ID": run_id(job),
+        }
+        backend = effective_backend(job)
+        if backend == "redis" and spec.backend.redis_host:
+            values["REDIS_HOST"] = spec.backend.redis_host
+            values["REDIS_PORT"] = str(spec.backend.redis_port)
+        elif backend == "nfs" and spec.backend.nfs_path:
+            values["NFS_PATH"] = spec.backend.nfs_path
+        config = {"cluster": {"worker": [str(a) for a in workers]},
+                  "task": {"type": "worker", "index": replica.index}}
+        values["CAFFE2_CONFIG"] = json.dumps(config, separators=(",", ":"))
+        return ReplicaEnv(values)
+
+    def succeeded(self, job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
+        return bool(outcomes) and all(o.phase is ReplicaPhase.SUCCEEDED for o in outcomes)
+
+
+plugin = Caffe2Plugin()

@@ -1,0 +1,58 @@
+"""Runs TensorBoard for a TfJob that sets `spec.tensorboard`: a Deployment and a Service.
+
+Both are named `<job>-tensorboard` and owned by the job, so they go when the job goes. The
+local backend does not run Deployments and says so; point a local TensorBoard at logDir.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from trainjobs.plugin import Job, RenderContext, hookimpl
+
+__all__ = ["TENSORBOARD_PORT", "trainjobs_extra_objects"]
+
+TENSORBOARD_PORT = 6006
+
+
+@hookimpl
+def trainjobs_extra_objects(job: Job, ctx: RenderContext) -> Sequence[dict[str, Any]] | None:
+    board = getattr(job.spec, "tensorboard", None)
+    if job.kind != "TfJob" or board is None:
+        return None
+    name = f"{job.name}-tensorboard"
+    labels = {"trainjobs.io/job-name": job.name, "trainjobs.io/component": "tensorboard"}
+    container: dict[str, Any] = {
+        "name": "tensorboard",
+        "image": board.image,
+        "command": ["tensorboard", f"--logdir={board.log_dir}", "--bind_all",
+                    f"--port={TENSORBOARD_PORT}"],
+        "ports": [{"name": "http", "containerPort": TENSORBOARD_PORT}],
+    }
+    if board.volume_mounts:
+        container["volumeMounts"] = list(board.volume_mounts)
+    pod_spec: dict[str, Any] = {"containers": [container]}
+    if board.volumes:
+        pod_spec["volumes"] = list(board.volumes)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": dict(labels)},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {
+            "type": board.service_type,
+            "selector": dict(labels),
+            "ports": [{"name": "http", "port": 80, "targetPort": TENSORBOARD_PORT}],
+        },
+    }
+    return [deployment, service]

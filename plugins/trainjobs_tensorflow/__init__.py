@@ -1,0 +1,142 @@
+"""The TfJob kind: TensorFlow with a Chief (or Master), Workers, parameter servers and an Evaluator.
+
+Environment contract (../shared/design/api.md): TF_CONFIG in the `tensorflow` container, when
+the job has more than one replica, with `chief` (or `master` when the user wrote Master) in the
+cluster and the evaluator left out of it. Success: the Chief exits 0; with no Chief, Worker 0
+(or every Worker with `successPolicy: AllWorkers`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trainjobs.plugin import (
+    Framework,
+    FrameworkPlugin,
+    Job,
+    JobSpec,
+    RenderContext,
+    Replica,
+    ReplicaEnv,
+    ReplicaOutcome,
+    ReplicaPhase,
+    ReplicaType,
+    SpecError,
+    SpecModel,
+    hookimpl,
+)
+
+__all__ = ["TENSORFLOW", "TensorBoardSpec", "TfJobSpec", "TensorFlowPlugin", "master_replica",
+           "plugin"]
+
+JOB_ROLE_LABEL = "trainjobs.io/job-role"
+
+
+class TensorBoardSpec(SpecModel):
+    """A TensorBoard Deployment and Service `<job>-tensorboard` reading `logDir`."""
+
+    log_dir: str = Field(description="Directory (usually on a shared volume) of the event files.")
+    volumes: list[dict[str, Any]] = Field(default_factory=list,
+                                          description="core/v1 Volumes for the TensorBoard pod.")
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list,
+                                                description="core/v1 VolumeMounts.")
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    image: str = Field(default="tensorflow/tensorflow:2.21.0",
+                       description="Image that has the `tensorboard` command.")
+
+
+class TfJobSpec(JobSpec):
+    success_policy: Literal["", "AllWorkers"] = Field(
+        default="", description='"" (the Chief, else Worker 0 decides) or AllWorkers.')
+    tensorboard: TensorBoardSpec | None = None
+
+
+TENSORFLOW = Framework(
+    kind="TfJob",
+    plural="tfjobs",
+    short_names=("tfj",),
+    name="tensorflow",
+    replica_types=(
+        ReplicaType("Chief", 0, 1, aliases=("Master",),
+                    description="The chief (or master): at most one; its exit decides."),
+        ReplicaType("Worker", 0, None, description="Workers."),
+        ReplicaType("PS", 0, None, container_optional=True,
+                    description="Parameter servers; without a `tensorflow` container they get "
+                                "a standard TensorFlow gRPC server."),
+        ReplicaType("Evaluator", 0, 1, description="At most one evaluator, outside the cluster."),
+    ),
+    container_name="tensorflow",
+    default_port=2222,
+    spec_model=TfJobSpec,
+    description="A distributed TensorFlow job: Chief/Master, Workers, PS and an Evaluator.",
+)
+
+
+def _key_of(job: Job, type_name: str) -> str | None:
+    for key in job.spec.replica_specs:
+        rtype = TENSORFLOW.replica_type(key)
+        if rtype is not None and rtype.name == type_name:
+            return key
+    return None
+
+
+def master_replica(job: Job) -> Replica | None:
+    """The replica whose exit decides success, if a single one does."""
+    chief = _key_of(job, "Chief")
+    if chief is not None and job.spec.replica_specs[chief].replicas > 0:
+        return Replica(chief, 0)
+    worker = _key_of(job, "Worker")
+    spec: TfJobSpec = job.spec  # type: ignore[assignment]
+    if worker is not None and spec.success_policy != "AllWorkers":
+        return Replica(worker, 0)
+    return None
+
+
+class TensorFlowPlugin(FrameworkPlugin):
+    framework = TENSORFLOW
+
+    def validate(self, job: Job) -> list[SpecError]:
+        chief, worker = _key_of(job, "Chief"), _key_of(job, "Worker")
+        deciders = [k for k in (chief, worker) if k and job.spec.replica_specs[k].replicas > 0]
+        if not deciders:
+            return [SpecError("spec.replicaSpecs", "a TfJob needs a Chief (or Master) or at "
+                              "least one Worker: their exit decides the job's success")]
+        return []
+
+    def replica_env(self, job: Job, replica: Replica, ctx: RenderContext) -> ReplicaEnv | None:
+        total = sum(r.replicas for r in job.spec.replica_specs.values())
+        if total <= 1:
+            return None
+        cluster = {
+            key.lower(): [str(a) for a in ctx.cluster.of_type(key)]
+            for key, rspec in job.spec.replica_specs.items()
+            if rspec.replicas > 0 and TENSORFLOW.replica_type(key).name != "Evaluator"  # type: ignore[union-attr]
+        }
+        tf_config = {
+            "cluster": cluster,
+            "task": {"type": replica.type_lower, "index": replica.index},
+            "environment": "cloud",
+        }
+        return ReplicaEnv({"TF_CONFIG": json.dumps(tf_config, separators=(",", ":"))})
+
+    def succeeded(self, job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
+        master = master_replica(job)
+        if master is not None:
+            return any(o.replica == master and o.phase is ReplicaPhase.SUCCEEDED
+                       for o in outcomes)
+        workers = [o for o in outcomes if o.replica.type == _key_of(job, "Worker")]
+        return bool(workers) and all(o.phase is ReplicaPhase.SUCCEEDED for o in workers)
+
+    @hookimpl
+    def trainjobs_adjust_pod(
+        self, job: Job, replica: Replica, pod: dict[str, Any], ctx: RenderContext
+    ) -> None:
+        if job.kind == TENSORFLOW.kind and replica == master_replica(job):
+            pod["metadata"]["labels"][JOB_ROLE_LABEL] = "master"
+
+
+plugin = TensorFlowPlugin()

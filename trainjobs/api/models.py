@@ -1,0 +1,230 @@
+"""Pydantic models of the trainjobs.io/v1alpha1 resources: the common job spec and the status.
+
+Why this shape: every kind shares `runPolicy` and `replicaSpecs` (a map keyed by replica type);
+a framework plugin subclasses `JobSpec` to add its own fields (TfJob's `successPolicy`,
+Caffe2Job's `backend`). Field names are the camelCase of the API; unknown fields are refused so
+that a typo is an error, not a silently ignored setting. Pod templates are plain JSON checked
+against the Kubernetes schema (see podtemplate.py), so they round-trip exactly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "VERSION",
+    "CleanPodPolicy",
+    "Condition",
+    "ConditionType",
+    "ElasticPolicy",
+    "Job",
+    "JobSpec",
+    "JobStatus",
+    "ObjectMeta",
+    "ReplicaSpec",
+    "ReplicaStatus",
+    "RestartPolicy",
+    "RunPolicy",
+    "SchedulingPolicy",
+    "SpecModel",
+]
+
+GROUP = "trainjobs.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+
+class SpecModel(BaseModel):
+    """Base of every user-facing model: camelCase names, unknown fields refused."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    def to_api(self) -> dict[str, Any]:
+        """The object as the API writes it: camelCase, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class RestartPolicy(StrEnum):
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    ALWAYS = "Always"
+    EXIT_CODE = "ExitCode"
+
+
+class CleanPodPolicy(StrEnum):
+    NONE = "None"
+    RUNNING = "Running"
+    ALL = "All"
+
+
+class ElasticPolicy(SpecModel):
+    """Bounds for elastic workers: the job keeps Running while at least minReplicas run."""
+
+    min_replicas: int = Field(ge=0, description="Fewest workers with which the job keeps running.")
+    max_replicas: int = Field(ge=1, description="Most workers the job may scale to.")
+
+
+class ReplicaSpec(SpecModel):
+    """How many replicas of one type to run, and the pod template each one runs."""
+
+    replicas: int = Field(
+        default=1, ge=0, description="Number of replicas of this type (default 1)."
+    )
+    restart_policy: RestartPolicy = Field(
+        default=RestartPolicy.NEVER,
+        description=(
+            "Never: a failed replica fails the job. OnFailure/Always: the pod's own restart "
+            "policy; container restarts count toward backoffLimit. ExitCode: exit codes 1-127 "
+            "are permanent, 128-255 retryable (the pod is recreated)."
+        ),
+    )
+    template: dict[str, Any] = Field(
+        description="A core/v1 PodTemplateSpec, kept exactly as written."
+    )
+    elastic_policy: ElasticPolicy | None = Field(
+        default=None, description="Elastic bounds; only for Worker replica specs."
+    )
+
+
+class SchedulingPolicy(SpecModel):
+    """Gang scheduling settings (a PodGroup for batch schedulers)."""
+
+    min_available: int | None = Field(default=None, ge=1)
+    queue: str | None = None
+    priority_class: str | None = None
+
+
+class RunPolicy(SpecModel):
+    """Lifecycle settings shared by every kind."""
+
+    clean_pod_policy: CleanPodPolicy = Field(
+        default=CleanPodPolicy.RUNNING,
+        description="Which pods to delete when the job finishes: None, Running (default), All.",
+    )
+    backoff_limit: int = Field(
+        default=6,
+        ge=0,
+        description="Restarts allowed across the job before it Fails (default 6, as batch/v1).",
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None, ge=1, description="Wall-clock limit from start; then Failed."
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Delete the job this long after it finished."
+    )
+    suspend: bool = Field(default=False, description="true: delete pods, keep the job.")
+    scheduling_policy: SchedulingPolicy | None = None
+
+
+class JobSpec(SpecModel):
+    """The spec every kind shares. Framework plugins subclass it to add their own fields."""
+
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    replica_specs: dict[str, ReplicaSpec] = Field(
+        description="Replica specs keyed by replica type (e.g. Scheduler, Server, Worker)."
+    )
+
+
+class ConditionType(StrEnum):
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class Condition(SpecModel):
+    type: ConditionType
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+
+
+class ReplicaStatus(SpecModel):
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    restarts: int = 0
+
+
+class JobStatus(SpecModel):
+    """What the operator reports. `state` is the one condition that is True now."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    state: str = ""
+    replica_summary: str = Field(
+        default="", description="Active/desired per replica type, e.g. 'Server 2/2, Worker 3/3'.")
+    conditions: list[Condition] = Field(default_factory=list)
+    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    observed_generation: int | None = None
+    counted_failures: list[str] = Field(
+        default_factory=list,
+        description="UIDs of failed pods already counted as restarts; makes counting idempotent.",
+    )
+
+
+class ObjectMeta(BaseModel):
+    """The metadata fields trainjobs reads. The API server validates the rest."""
+
+    model_config = ConfigDict(populate_by_name=True, alias_generator=to_camel, extra="ignore",
+                              frozen=True)
+
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+
+
+class Job(BaseModel):
+    """A job of any kind: its kind, metadata, framework-specific spec and status."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True, arbitrary_types_allowed=True)
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: str
+    metadata: ObjectMeta
+    spec: JobSpec
+    status: JobStatus = Field(default_factory=JobStatus)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, the job's identity in queues and logs."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    def to_api(self) -> dict[str, Any]:
+        meta = self.metadata.model_dump(by_alias=True, exclude_none=True, mode="json",
+                                        exclude_defaults=True)
+        meta["name"] = self.metadata.name
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": meta,
+            "spec": self.spec.to_api(),
+        }

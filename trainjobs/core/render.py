@@ -1,0 +1,248 @@
+"""Builds the pods, headless Services and extra objects a job should own.
+
+Why here and pure: both backends (Kubernetes and local processes) and `trainjobs render` need
+exactly the same objects, so they are built in one place from the job, the plugins and a
+`ClusterLayout`, with no I/O. The order is fixed: base pod from the template, plugins'
+`adjust_pod` edits, then the injected environment and the framework port, so a container a
+plugin adds (TensorFlow's PS server) receives the environment too.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trainjobs.api.models import API_VERSION, Job, RestartPolicy
+from trainjobs.errors import SpecError, SpecInvalid
+from trainjobs.plugin.manager import PluginManager
+from trainjobs.plugin.types import Address, ClusterLayout, Framework, RenderContext, Replica
+
+__all__ = [
+    "LABEL_FRAMEWORK",
+    "LABEL_JOB_NAME",
+    "LABEL_JOB_ROLE",
+    "LABEL_REPLICA_INDEX",
+    "LABEL_REPLICA_TYPE",
+    "PLACEHOLDER_UID",
+    "RenderedJob",
+    "expected_replicas",
+    "kubernetes_layout",
+    "render_job",
+    "replica_port",
+]
+
+LABEL_JOB_NAME = "trainjobs.io/job-name"
+LABEL_FRAMEWORK = "trainjobs.io/framework"
+LABEL_REPLICA_TYPE = "trainjobs.io/replica-type"
+LABEL_REPLICA_INDEX = "trainjobs.io/replica-index"
+LABEL_JOB_ROLE = "trainjobs.io/job-role"
+# A job read from a file has no uid until the API server assigns one.
+PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+
+POD_RESTART_POLICY = {
+    RestartPolicy.NEVER: "Never",
+    RestartPolicy.EXIT_CODE: "Never",
+    RestartPolicy.ON_FAILURE: "OnFailure",
+    RestartPolicy.ALWAYS: "Always",
+}
+
+
+@dataclass
+class RenderedJob:
+    """Everything a job should own, keyed by object name."""
+
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    services: dict[str, dict[str, Any]] = field(default_factory=dict)
+    extras: list[dict[str, Any]] = field(default_factory=list)
+    replicas: dict[str, Replica] = field(default_factory=dict)
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """Every object in a stable order: per replica its pod then its Service, then extras."""
+        out: list[dict[str, Any]] = []
+        for name in self.pods:
+            out.append(self.pods[name])
+            if name in self.services:
+                out.append(self.services[name])
+        return out + self.extras
+
+
+def expected_replicas(job: Job) -> list[Replica]:
+    """Every replica the spec asks for, in replicaSpecs order then by index."""
+    return [Replica(key, i) for key, rspec in job.spec.replica_specs.items()
+            for i in range(rspec.replicas)]
+
+
+def _framework_container(template: dict[str, Any], framework: Framework) -> dict[str, Any] | None:
+    for container in template.get("spec", {}).get("containers", []):
+        if container.get("name") == framework.container_name:
+            return dict(container)
+    return None
+
+
+def replica_port(job: Job, replica_type: str, framework: Framework) -> int:
+    """The framework port of a replica type: a container port named `<kind>-port`, else default."""
+    container = _framework_container(job.spec.replica_specs[replica_type].template, framework)
+    for port in (container or {}).get("ports", []):
+        if port.get("name") == framework.port_name:
+            return int(port["containerPort"])
+    return framework.default_port
+
+
+def kubernetes_layout(job: Job, framework: Framework) -> ClusterLayout:
+    """Each replica reached through its headless Service's name and the framework port."""
+    return ClusterLayout(
+        {r: Address(r.object_name(job.name), replica_port(job, r.type, framework))
+         for r in expected_replicas(job)},
+        job_name=job.name,
+    )
+
+
+def owner_reference(job: Job) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": job.kind,
+        "name": job.name,
+        "uid": job.metadata.uid or PLACEHOLDER_UID,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def job_labels(job: Job, framework: Framework) -> dict[str, str]:
+    return {LABEL_JOB_NAME: job.name, LABEL_FRAMEWORK: framework.name}
+
+
+def replica_labels(job: Job, framework: Framework, replica: Replica) -> dict[str, str]:
+    return {
+        **job_labels(job, framework),
+        LABEL_REPLICA_TYPE: replica.type_lower,
+        LABEL_REPLICA_INDEX: str(replica.index),
+    }
+
+
+def render_job(
+    job: Job,
+    framework: Framework,
+    plugins: PluginManager,
+    backend: Literal["kubernetes", "local"] = "kubernetes",
+    layout: ClusterLayout | None = None,
+    controller_config: dict[str, Any] | None = None,
+) -> RenderedJob:
+    """The desired objects of `job`. Raises `SpecInvalid` on environment collisions."""
+    ctx = RenderContext(
+        backend=backend,
+        framework=framework,
+        cluster=layout or kubernetes_layout(job, framework),
+        controller_config=controller_config or {},
+    )
+    rendered = RenderedJob()
+    errors: list[SpecError] = []
+    for replica in expected_replicas(job):
+        name = replica.object_name(job.name)
+        rendered.replicas[name] = replica
+        rendered.pods[name] = _render_pod(job, replica, ctx, plugins, errors)
+        rendered.services[name] = _render_service(job, replica, ctx)
+    if errors:
+        raise SpecInvalid(errors)
+    for obj in plugins.extra_objects(job, ctx):
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta["namespace"] = job.namespace
+        meta["ownerReferences"] = [owner_reference(job)]
+        meta.setdefault("labels", {}).update(job_labels(job, framework))
+        rendered.extras.append(obj)
+    return rendered
+
+
+def _render_pod(
+    job: Job,
+    replica: Replica,
+    ctx: RenderContext,
+    plugins: PluginManager,
+    errors: list[SpecError],
+) -> dict[str, Any]:
+    framework = ctx.framework
+    rspec = job.spec.replica_specs[replica.type]
+    template = copy.deepcopy(rspec.template)
+    meta = template.get("metadata") or {}
+    labels = {**meta.get("labels", {}), **replica_labels(job, framework, replica)}
+    pod_meta: dict[str, Any] = {
+        "name": replica.object_name(job.name),
+        "namespace": job.namespace,
+        "labels": labels,
+        "ownerReferences": [owner_reference(job)],
+    }
+    if meta.get("annotations"):
+        pod_meta["annotations"] = dict(meta["annotations"])
+    spec = template["spec"]
+    spec["restartPolicy"] = POD_RESTART_POLICY[rspec.restart_policy]
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
+    plugins.adjust_pod(job, replica, pod, ctx)
+    _inject_env(job, replica, pod, ctx, plugins, errors)
+    _ensure_port(pod, ctx.cluster.addresses[replica].port, ctx.framework)
+    return pod
+
+
+def _inject_env(
+    job: Job,
+    replica: Replica,
+    pod: dict[str, Any],
+    ctx: RenderContext,
+    plugins: PluginManager,
+    errors: list[SpecError],
+) -> None:
+    """Prepends the plugins' variables, so user variables may refer to them with $(NAME)."""
+    injected: dict[str, str] = {}
+    everywhere: dict[str, str] = {}
+    for env in plugins.replica_env(job, replica, ctx):
+        for key, value in env.values.items():
+            if key in injected or key in everywhere:
+                errors.append(SpecError(f"spec.replicaSpecs.{replica.type}", f"two plugins "
+                                        f"set the environment variable {key}"))
+            (everywhere if env.all_containers else injected)[key] = value
+    for i, container in enumerate(pod["spec"]["containers"]):
+        values = dict(everywhere)
+        if container.get("name") == ctx.framework.container_name:
+            values.update(injected)
+        if not values:
+            continue
+        user_env = container.get("env", [])
+        for var in user_env:
+            if var.get("name") in values:
+                errors.append(SpecError(
+                    f"spec.replicaSpecs.{replica.type}.template.spec.containers[{i}].env",
+                    f"{var['name']} is set by trainjobs ({ctx.framework.name} environment "
+                    f"contract); remove it from the template"))
+        container["env"] = [{"name": k, "value": v} for k, v in values.items()] + user_env
+
+
+def _ensure_port(pod: dict[str, Any], port: int, framework: Framework) -> None:
+    for container in pod["spec"]["containers"]:
+        if container.get("name") != framework.container_name:
+            continue
+        ports = container.setdefault("ports", [])
+        if not any(p.get("name") == framework.port_name for p in ports):
+            ports.append({"name": framework.port_name, "containerPort": port})
+
+
+def _render_service(job: Job, replica: Replica, ctx: RenderContext) -> dict[str, Any]:
+    labels = replica_labels(job, ctx.framework, replica)
+    port = ctx.cluster.addresses[replica].port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": replica.object_name(job.name),
+            "namespace": job.namespace,
+            "labels": labels,
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            # Peers must resolve each other while they start, before any is Ready.
+            "publishNotReadyAddresses": True,
+            "selector": dict(labels),
+            "ports": [{"name": ctx.framework.port_name, "port": port, "targetPort": port}],
+        },
+    }

@@ -1,0 +1,200 @@
+"""Turns a job document (from a YAML file or the API server) into a validated `Job`.
+
+Why one function for both sources: `trainjobs run`, `trainjobs render` and the operator must
+accept and refuse exactly the same jobs. Every problem is collected (pydantic's, the replica
+rules', the pod templates', the plugins') and raised together in one `SpecInvalid`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from trainjobs.api.models import API_VERSION, Job, JobSpec, ObjectMeta
+from trainjobs.api.podtemplate import validate_pod_template
+from trainjobs.errors import SpecError, SpecInvalid
+from trainjobs.plugin.manager import PluginManager
+from trainjobs.plugin.types import Framework
+
+__all__ = ["DNS1035", "MAX_NAME_LENGTH", "load_job_file", "parse_job", "parse_job_documents"]
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MAX_NAME_LENGTH = 63
+# Objects named <job>-<suffix> that plugins may create beside the replicas.
+LONGEST_EXTRA_SUFFIX = "-tensorboard"
+
+
+def load_job_file(path: Path, plugins: PluginManager) -> list[Job]:
+    """Every job in a YAML file (one or more documents), validated."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecInvalid([SpecError("", f"cannot read file: {exc.strerror}")], str(path)) from None
+    return parse_job_documents(text, plugins, source=str(path))
+
+
+def parse_job_documents(text: str, plugins: PluginManager, source: str = "") -> list[Job]:
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecInvalid([SpecError("", f"invalid YAML: {where}{problem}")], source) from None
+    if not docs:
+        raise SpecInvalid([SpecError("", "no job found: the file is empty")], source)
+    return [parse_job(doc, plugins, source) for doc in docs]
+
+
+def parse_job(doc: Any, plugins: PluginManager, source: str = "") -> Job:
+    """Validate one job document; raise `SpecInvalid` with every problem found."""
+    if not isinstance(doc, dict):
+        raise SpecInvalid([SpecError("", "a job must be a mapping with apiVersion, kind, "
+                                         "metadata and spec")], source)
+    kind = doc.get("kind")
+    framework = plugins.framework_for(kind) if isinstance(kind, str) else None
+    if framework is None:
+        known = ", ".join(plugins.frameworks) or "none"
+        raise SpecInvalid([SpecError("kind", f"unknown kind {kind!r} (installed kinds: {known})")],
+                          source)
+    errors: list[SpecError] = []
+    if doc.get("apiVersion") != API_VERSION:
+        errors.append(SpecError("apiVersion", f"must be {API_VERSION}, got "
+                                              f"{doc.get('apiVersion')!r}"))
+    meta = _parse_metadata(doc.get("metadata"), errors)
+    spec = _parse_spec(doc.get("spec"), framework, errors)
+    if meta is None or spec is None:
+        raise SpecInvalid(errors, source)
+    job = Job(kind=framework.kind, metadata=meta, spec=spec)
+    errors += check_job(job, framework, plugins)
+    if errors:
+        raise SpecInvalid(errors, source)
+    return job
+
+
+def check_job(job: Job, framework: Framework, plugins: PluginManager) -> list[SpecError]:
+    """The checks beyond the models: replica rules, names, pod templates, plugins, env."""
+    errors = _check_replicas(job.spec, framework)
+    errors += _check_names(job, framework)
+    for key, rspec in job.spec.replica_specs.items():
+        path = f"spec.replicaSpecs.{key}.template"
+        template_errors = validate_pod_template(rspec.template, path)
+        errors += template_errors
+        rtype = framework.replica_type(key)
+        if template_errors or rtype is None or rtype.container_optional:
+            continue
+        names = [c.get("name") for c in rspec.template["spec"]["containers"]]
+        if not names:
+            errors.append(SpecError(f"{path}.spec.containers", "at least one container is "
+                                    "required"))
+        elif not framework.env_in_all_containers and framework.container_name not in names:
+            errors.append(SpecError(f"{path}.spec.containers", f"needs a container named "
+                                    f"{framework.container_name!r} (it receives the "
+                                    f"{framework.name} environment); found {names}"))
+    if errors:
+        return errors
+    errors += plugins.validate(job, framework)
+    if errors:
+        return errors
+    # Render once with placeholder addresses: collisions between injected and user-set
+    # environment variables, or between plugins, surface here, before anything runs.
+    from trainjobs.core.render import render_job  # render imports this module's helpers
+
+    try:
+        render_job(job, framework, plugins, backend="kubernetes")
+    except SpecInvalid as exc:
+        errors += exc.errors
+    return errors
+
+
+def _parse_metadata(raw: Any, errors: list[SpecError]) -> ObjectMeta | None:
+    if not isinstance(raw, dict) or not raw.get("name"):
+        errors.append(SpecError("metadata.name", "required: the job needs a name"))
+        return None
+    try:
+        return ObjectMeta.model_validate(raw)
+    except ValidationError as exc:
+        errors += _pydantic_errors(exc, "metadata")
+        return None
+
+
+def _parse_spec(raw: Any, framework: Framework, errors: list[SpecError]) -> JobSpec | None:
+    if not isinstance(raw, dict):
+        errors.append(SpecError("spec", "required: a mapping with replicaSpecs"))
+        return None
+    try:
+        return framework.spec_model.model_validate(raw)
+    except ValidationError as exc:
+        errors += _pydantic_errors(exc, "spec")
+        return None
+
+
+def _pydantic_errors(exc: ValidationError, root: str) -> list[SpecError]:
+    out = []
+    for err in exc.errors():
+        path = root
+        for part in err["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        out.append(SpecError(path, message))
+    return out
+
+
+def _check_replicas(spec: JobSpec, framework: Framework) -> list[SpecError]:
+    errors: list[SpecError] = []
+    allowed = [n for t in framework.replica_types for n in t.names]
+    by_type: dict[str, list[str]] = {}
+    for key in spec.replica_specs:
+        rtype = framework.replica_type(key)
+        if rtype is None:
+            errors.append(SpecError(f"spec.replicaSpecs.{key}", f"unknown replica type for "
+                                    f"{framework.kind}; allowed: {', '.join(allowed)}"))
+            continue
+        by_type.setdefault(rtype.name, []).append(key)
+    for rtype in framework.replica_types:
+        keys = by_type.get(rtype.name, [])
+        if len(keys) > 1:
+            errors.append(SpecError(f"spec.replicaSpecs.{keys[1]}", f"{' and '.join(keys)} name "
+                                    f"the same replica type; use only one"))
+            continue
+        if not keys:
+            if rtype.min_replicas > 0:
+                errors.append(SpecError(f"spec.replicaSpecs.{rtype.name}", f"required: "
+                                        f"{framework.kind} needs at least {rtype.min_replicas} "
+                                        f"{rtype.name}"))
+            continue
+        count = spec.replica_specs[keys[0]].replicas
+        path = f"spec.replicaSpecs.{keys[0]}.replicas"
+        if count < rtype.min_replicas:
+            errors.append(SpecError(path, f"must be at least {rtype.min_replicas}, got {count}"))
+        if rtype.max_replicas is not None and count > rtype.max_replicas:
+            errors.append(SpecError(path, f"must be at most {rtype.max_replicas}, got {count}"))
+    if not any(r.replicas for r in spec.replica_specs.values()) and not errors:
+        errors.append(SpecError("spec.replicaSpecs", "the job has no replicas to run"))
+    return errors
+
+
+def _check_names(job: Job, framework: Framework) -> list[SpecError]:
+    name = job.metadata.name
+    if not DNS1035.match(name):
+        return [SpecError("metadata.name", f"{name!r} must be a DNS-1035 label: lowercase "
+                                           "letters, digits and '-', starting with a letter "
+                                           "and ending with a letter or digit")]
+    longest = LONGEST_EXTRA_SUFFIX
+    for key, rspec in job.spec.replica_specs.items():
+        suffix = f"-{key.lower()}-{max(rspec.replicas - 1, 0)}"
+        longest = max(longest, suffix, key=len)
+    if len(name) + len(longest) > MAX_NAME_LENGTH:
+        return [SpecError("metadata.name", f"{name!r} is too long: the derived name "
+                          f"'{name}{longest}' has {len(name) + len(longest)} characters, more "
+                          f"than {MAX_NAME_LENGTH}; use at most "
+                          f"{MAX_NAME_LENGTH - len(longest)} characters")]
+    return []

@@ -1,0 +1,219 @@
+"""Generates one CustomResourceDefinition per installed kind from the models and plugins.
+
+Why generated: the CRD, the pydantic models and `trainjobs run` must agree on what is valid.
+The schema comes from each kind's spec model (pydantic's JSON schema, made structural), with
+the pinned Kubernetes PodTemplateSpec schema under every replica spec, and CEL rules for what a
+schema cannot say (replica types and counts per kind, Chief xor Master, name lengths).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from trainjobs.yamlio import dump_all
+
+from trainjobs.api.models import GROUP, VERSION, JobStatus
+from trainjobs.api.podtemplate import crd_template_schema
+from trainjobs.core.validation import MAX_NAME_LENGTH
+from trainjobs.plugin.manager import PluginManager
+from trainjobs.plugin.types import Framework
+
+__all__ = ["CATEGORY", "crd_for", "crd_file_name", "structural", "write_crds"]
+
+CATEGORY = "trainjobs"
+MAX_REPLICA_TYPES = 8
+# Descriptions deeper than this inside a pod template are dropped to keep each CRD small
+# enough for client-side `kubectl apply` (its last-applied annotation holds 256 KiB).
+TEMPLATE_DESCRIPTION_DEPTH = 5
+
+
+def structural(schema: dict[str, Any]) -> dict[str, Any]:
+    """Pydantic's JSON schema made structural: $refs inlined, Optional unwrapped, no titles."""
+    defs = schema.get("$defs", {})
+
+    def walk(node: dict[str, Any]) -> dict[str, Any]:
+        if "$ref" in node:
+            target = walk(defs[node["$ref"].rsplit("/", 1)[1]])
+            if "description" in node:
+                target["description"] = node["description"]
+            return target
+        if "anyOf" in node:
+            options = [o for o in node["anyOf"] if o.get("type") != "null"]
+            if len(options) == 1:
+                merged = walk(options[0])
+                for key in ("description",):
+                    if key in node:
+                        merged[key] = node[key]
+                return merged
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in ("title", "$defs", "default", "additionalProperties") and \
+                    not (key == "additionalProperties" and isinstance(value, dict)):
+                continue
+            if key == "properties":
+                out[key] = {k: walk(v) for k, v in value.items()}
+            elif key in ("items", "additionalProperties"):
+                out[key] = walk(value)
+            elif key == "const":
+                out["enum"] = [value]
+            elif key == "format" and value == "date-time":
+                out[key] = value
+            elif key == "format":
+                continue
+            elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+                continue
+            else:
+                out[key] = value
+        if out.get("type") == "object" and "properties" not in out and \
+                "additionalProperties" not in out:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        return out
+
+    return walk(schema)
+
+
+def _trim_descriptions(node: dict[str, Any], depth: int) -> None:
+    if depth <= 0:
+        node.pop("description", None)
+    for child in node.get("properties", {}).values():
+        _trim_descriptions(child, depth - 1)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _trim_descriptions(node[key], depth - 1)
+
+
+def _template_schema() -> dict[str, Any]:
+    schema = crd_template_schema()
+    _trim_descriptions(schema, TEMPLATE_DESCRIPTION_DEPTH)
+    return schema
+
+
+def _replica_rules(framework: Framework) -> list[dict[str, str]]:
+    allowed = [n for t in framework.replica_types for n in t.names]
+    quoted = ", ".join(f"'{n}'" for n in allowed)
+    rules = [{
+        "rule": f"self.all(k, k in [{quoted}])",
+        "message": f"replicaSpecs keys of a {framework.kind} must be among: {', '.join(allowed)}",
+    }]
+    for rtype in framework.replica_types:
+        present = " || ".join(f"'{n}' in self" for n in rtype.names)
+        if len(rtype.names) > 1:
+            both = " && ".join(f"'{n}' in self" for n in rtype.names)
+            rules.append({"rule": f"!({both})", "message": f"only one of "
+                          f"{' and '.join(rtype.names)} may be set: they name the same replica"})
+        if rtype.min_replicas > 0:
+            rules.append({"rule": present, "message": f"a {framework.kind} needs a "
+                          f"{rtype.name} replica spec (replicaSpecs.{rtype.name})"})
+        for name in rtype.names:
+            bounds = [f"self['{name}'].replicas >= {rtype.min_replicas}"]
+            text = f"at least {rtype.min_replicas}"
+            if rtype.max_replicas is not None:
+                bounds.append(f"self['{name}'].replicas <= {rtype.max_replicas}")
+                text = (f"exactly {rtype.min_replicas}" if rtype.min_replicas ==
+                        rtype.max_replicas else f"{rtype.min_replicas} to {rtype.max_replicas}")
+            rules.append({
+                "rule": f"!('{name}' in self) || ({' && '.join(bounds)})",
+                "message": f"replicaSpecs.{name}.replicas must be {text}",
+            })
+    return rules
+
+
+def _root_rules() -> list[dict[str, str]]:
+    name_rule = (
+        "self.spec.replicaSpecs.all(k, size(self.metadata.name) + size(k) + "
+        f"size(string(self.spec.replicaSpecs[k].replicas)) + 2 <= {MAX_NAME_LENGTH})"
+    )
+    return [
+        {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+         "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits, '-'; "
+                    "starting with a letter)"},
+        {"rule": name_rule,
+         "message": f"metadata.name is too long: pod names <job>-<type>-<index> must fit in "
+                    f"{MAX_NAME_LENGTH} characters"},
+    ]
+
+
+def spec_schema(framework: Framework) -> dict[str, Any]:
+    schema = structural(framework.spec_model.model_json_schema(by_alias=True))
+    replica_specs = schema["properties"]["replicaSpecs"]
+    replica = replica_specs["additionalProperties"]
+    replica["properties"]["template"] = _template_schema()
+    replica["properties"]["replicas"]["default"] = 1
+    replica["properties"]["replicas"]["minimum"] = 0
+    replica_specs["maxProperties"] = MAX_REPLICA_TYPES
+    replica_specs["x-kubernetes-validations"] = _replica_rules(framework)
+    schema["description"] = framework.description
+    return schema
+
+
+def crd_for(framework: Framework) -> dict[str, Any]:
+    status = structural(JobStatus.model_json_schema(by_alias=True))
+    status.pop("required", None)
+    kind_lower = framework.kind.lower()
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{framework.plural}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "trainjobs",
+                       "trainjobs.io/framework": framework.name},
+            "annotations": {"trainjobs.io/plugin-package": framework.package},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": framework.kind,
+                "listKind": f"{framework.kind}List",
+                "plural": framework.plural,
+                "singular": kind_lower,
+                "shortNames": list(framework.short_names),
+                "categories": [CATEGORY],
+            },
+            "versions": [{
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "State", "type": "string", "jsonPath": ".status.state"},
+                    {"name": "Replicas", "type": "string", "jsonPath": ".status.replicaSummary"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": framework.description,
+                    "required": ["spec"],
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec_schema(framework),
+                        "status": status,
+                    },
+                    "x-kubernetes-validations": _root_rules(),
+                }},
+            }],
+        },
+    }
+
+
+def crd_file_name(framework: Framework) -> str:
+    return f"{GROUP}_{framework.plural}.yaml"
+
+
+def render_crd_yaml(framework: Framework) -> str:
+    return dump_all([crd_for(framework)])
+
+
+def write_crds(plugins: PluginManager, out_dir: Path) -> list[Path]:
+    """Writes one file per kind; returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for framework in plugins.frameworks.values():
+        path = out_dir / crd_file_name(framework)
+        path.write_text(render_crd_yaml(framework))
+        written.append(path)
+    return written

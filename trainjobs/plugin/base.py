@@ -1,0 +1,59 @@
+"""`FrameworkPlugin`: the convenient way to write a plugin that adds one job kind.
+
+Why: every framework hook must ignore jobs of other kinds. This base class implements the hooks
+once, calls the subclass's methods only for its own kind, and leaves the subclass three plain
+methods: `validate`, `replica_env` and `succeeded`. A plugin may still implement the raw hooks
+of `trainjobs.plugin.hookspecs` instead; the core sees no difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from trainjobs.api.models import Job
+from trainjobs.errors import SpecError
+from trainjobs.plugin.hookspecs import hookimpl
+from trainjobs.plugin.types import Framework, RenderContext, Replica, ReplicaEnv, ReplicaOutcome
+
+__all__ = ["FrameworkPlugin"]
+
+
+class FrameworkPlugin:
+    """Base of a plugin adding one kind. Subclasses set `framework` and override the methods."""
+
+    framework: ClassVar[Framework]
+
+    def validate(self, job: Job) -> list[SpecError]:
+        """Kind-specific problems (beyond replica counts and templates). None by default."""
+        return []
+
+    def replica_env(self, job: Job, replica: Replica, ctx: RenderContext) -> ReplicaEnv | None:
+        """The framework's environment contract for one replica."""
+        raise NotImplementedError
+
+    def succeeded(self, job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
+        """The kind's success rule."""
+        raise NotImplementedError
+
+    # The hooks --------------------------------------------------------------------------
+
+    @hookimpl
+    def trainjobs_frameworks(self) -> Sequence[Framework]:
+        return [self.framework]
+
+    @hookimpl
+    def trainjobs_validate(self, job: Job, framework: Framework) -> Sequence[SpecError] | None:
+        return self.validate(job) if job.kind == self.framework.kind else None
+
+    @hookimpl
+    def trainjobs_replica_env(
+        self, job: Job, replica: Replica, ctx: RenderContext
+    ) -> ReplicaEnv | None:
+        return self.replica_env(job, replica, ctx) if job.kind == self.framework.kind else None
+
+    @hookimpl
+    def trainjobs_job_succeeded(
+        self, job: Job, framework: Framework, outcomes: Sequence[ReplicaOutcome]
+    ) -> bool | None:
+        return self.succeeded(job, outcomes) if job.kind == self.framework.kind else None

@@ -1,0 +1,111 @@
+"""Every hook a trainjobs plugin can implement. The one place that defines the plugin contract.
+
+Hooks run in this fixed order for each job (the order of this module):
+
+1. `trainjobs_frameworks` — once at load: which kinds the plugin adds.
+2. `trainjobs_validate` — for each job: problems only a plugin can see. Errors of every plugin
+   are collected, never only the first.
+3. `trainjobs_replica_env` — for each replica: environment variables to inject.
+4. `trainjobs_adjust_pod` — for each replica: edits to the pod the core built.
+5. `trainjobs_extra_objects` — for each job: further objects the job owns.
+6. `trainjobs_job_succeeded` — on every status change: the kind's success rule.
+
+Rules every implementation follows (reconcile runs again and again on the same job):
+- Deterministic and idempotent: the same job and context give the same answer.
+- Return data; never call the API server or start processes. The core does all I/O.
+- Look at `job.kind` (or `ctx.framework`) and return None for kinds you do not handle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pluggy
+
+from trainjobs.api.models import Job
+from trainjobs.errors import SpecError
+from trainjobs.plugin.types import (
+    Framework,
+    RenderContext,
+    Replica,
+    ReplicaEnv,
+    ReplicaOutcome,
+)
+
+PROJECT = "trainjobs"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+__all__ = ["PROJECT", "hookimpl", "hookspec"]
+
+
+@hookspec
+def trainjobs_frameworks() -> Sequence[Framework]:
+    """Declare the job kinds this plugin adds.
+
+    Called once when plugins load. Return every `Framework` the plugin provides (usually one).
+    Two plugins declaring the same kind is a load error.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def trainjobs_validate(job: Job, framework: Framework) -> Sequence[SpecError] | None:
+    """Problems with `job` that its schema cannot express.
+
+    Called before anything is created (and by `trainjobs run`/`render`). Return a list of
+    `SpecError(path, message)`, path being the dotted field path (e.g.
+    `spec.replicaSpecs.Worker.replicas`); an empty list or None when all is well. The core has
+    already checked replica types, counts and pod templates.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def trainjobs_replica_env(
+    job: Job, replica: Replica, ctx: RenderContext
+) -> ReplicaEnv | None:
+    """Environment variables for one replica's containers.
+
+    `ctx.cluster` holds every replica's address. Two plugins setting the same variable is an
+    error; a user's variable of the same name in the template refuses the job.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def trainjobs_adjust_pod(
+    job: Job, replica: Replica, pod: dict[str, Any], ctx: RenderContext
+) -> None:
+    """Edit the pod the core built for `replica`, in place.
+
+    `pod` is a full core/v1 Pod (a dict) with names, labels, ownerReferences, ports and the
+    injected environment already set. Add containers, volumes or env; do not rename the pod or
+    change its labels. Must be idempotent: the core rebuilds the pod from the job every time.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def trainjobs_extra_objects(job: Job, ctx: RenderContext) -> Sequence[dict[str, Any]] | None:
+    """Further Kubernetes objects the job owns (e.g. a TensorBoard Deployment and Service).
+
+    Return full manifests without ownerReferences or namespace; the core adds both, creates
+    what is missing and deletes them with the job. The local backend ignores objects it cannot
+    run and says so.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def trainjobs_job_succeeded(
+    job: Job, framework: Framework, outcomes: Sequence[ReplicaOutcome]
+) -> bool | None:
+    """The kind's success rule: True when the job has succeeded, False when not yet.
+
+    `outcomes` has one entry per expected replica. The first plugin to return a bool decides;
+    return None for kinds you do not handle. Failure (permanent exits, backoffLimit, deadline)
+    is the core's business, not this hook's.
+    """
+    raise NotImplementedError

@@ -1,0 +1,183 @@
+"""Loads plugins from the `trainjobs` entry-point group and gives the core typed access to hooks.
+
+Why entry points for the built-ins too: a third-party framework must be a first-class citizen,
+so the MXNet, TensorFlow and Caffe2 plugins load exactly the way a pip-installed one does. Set
+`TRAINJOBS_DISABLE_PLUGIN_AUTOLOAD=1` to load only the plugins shipped with trainjobs (like
+pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD), or `TRAINJOBS_DISABLE_PLUGINS=a,b` to block some by
+entry-point name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from importlib import metadata
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from trainjobs.api.models import Job
+from trainjobs.errors import PluginError, SpecError
+from trainjobs.plugin import hookspecs
+from trainjobs.plugin.types import Framework, RenderContext, Replica, ReplicaEnv, ReplicaOutcome
+
+__all__ = ["ENTRY_POINT_GROUP", "LoadedPlugin", "PluginManager", "load_plugins"]
+
+ENTRY_POINT_GROUP = "trainjobs"
+BUILTIN_DISTRIBUTION = "trainjobs"
+DISABLE_AUTOLOAD_ENV = "TRAINJOBS_DISABLE_PLUGIN_AUTOLOAD"
+DISABLE_PLUGINS_ENV = "TRAINJOBS_DISABLE_PLUGINS"
+
+
+@dataclass(frozen=True)
+class LoadedPlugin:
+    """One registered plugin and where it came from."""
+
+    name: str
+    module: str
+    package: str
+    version: str
+    kinds: tuple[str, ...] = ()
+
+    @property
+    def builtin(self) -> bool:
+        return self.package == BUILTIN_DISTRIBUTION
+
+
+class PluginManager:
+    """The registered plugins, with one typed method per hook."""
+
+    def __init__(self) -> None:
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        self.plugins: list[LoadedPlugin] = []
+        self._frameworks: dict[str, Framework] = {}
+
+    # Loading ------------------------------------------------------------------------------
+
+    def register(self, plugin: object, info: LoadedPlugin) -> None:
+        """Register one plugin object (a module or an instance) and read its frameworks."""
+        try:
+            self._pm.register(plugin, name=info.name)
+            self._pm.check_pending()
+        except (ValueError, pluggy.PluginValidationError) as exc:
+            if self._pm.has_plugin(info.name):
+                self._pm.unregister(name=info.name)
+            raise PluginError(f"plugin {info.name!r} from {info.package}: {exc}") from exc
+        impl = getattr(plugin, "trainjobs_frameworks", None)
+        declared: Sequence[Framework] = impl() if callable(impl) else ()
+        for framework in declared:
+            self._add_framework(replace(framework, package=info.package), info)
+        self.plugins.append(replace(info, kinds=tuple(f.kind for f in declared)))
+
+    def _add_framework(self, framework: Framework, info: LoadedPlugin) -> None:
+        for other in self._frameworks.values():
+            clash = {framework.kind, framework.plural, *framework.short_names} & {
+                other.kind, other.plural, *other.short_names}
+            if clash:
+                raise PluginError(
+                    f"plugin {info.name!r} from {info.package} declares {framework.kind}, "
+                    f"but {sorted(clash)} already belong to {other.kind} from {other.package}"
+                )
+        self._frameworks[framework.kind] = framework
+
+    # Frameworks ---------------------------------------------------------------------------
+
+    @property
+    def frameworks(self) -> Mapping[str, Framework]:
+        """Every installed kind, by kind name."""
+        return dict(sorted(self._frameworks.items()))
+
+    def framework_for(self, kind: str) -> Framework | None:
+        return self._frameworks.get(kind)
+
+    # Hooks --------------------------------------------------------------------------------
+
+    def validate(self, job: Job, framework: Framework) -> list[SpecError]:
+        errors: list[SpecError] = []
+        for result in self._pm.hook.trainjobs_validate(job=job, framework=framework):
+            errors.extend(result or ())
+        return errors
+
+    def replica_env(self, job: Job, replica: Replica, ctx: RenderContext) -> list[ReplicaEnv]:
+        results: list[ReplicaEnv | None] = self._pm.hook.trainjobs_replica_env(
+            job=job, replica=replica, ctx=ctx)
+        return [r for r in results if r is not None]
+
+    def adjust_pod(
+        self, job: Job, replica: Replica, pod: dict[str, Any], ctx: RenderContext
+    ) -> None:
+        # pluggy calls the last registered first; run in registration order instead, so the
+        # order of edits is the documented, deterministic load order.
+        for impl in self._pm.hook.trainjobs_adjust_pod.get_hookimpls():
+            impl.function(job=job, replica=replica, pod=pod, ctx=ctx)
+
+    def extra_objects(self, job: Job, ctx: RenderContext) -> list[dict[str, Any]]:
+        objects: list[dict[str, Any]] = []
+        for result in self._pm.hook.trainjobs_extra_objects(job=job, ctx=ctx):
+            objects.extend(result or ())
+        return objects
+
+    def job_succeeded(
+        self, job: Job, framework: Framework, outcomes: Sequence[ReplicaOutcome]
+    ) -> bool:
+        verdict: bool | None = self._pm.hook.trainjobs_job_succeeded(
+            job=job, framework=framework, outcomes=outcomes)
+        if verdict is None:
+            raise PluginError(f"no plugin implements the success rule of {job.kind}")
+        return verdict
+
+    def hook_names(self) -> list[str]:
+        return sorted(name for name in dir(self._pm.hook) if name.startswith("trainjobs_"))
+
+
+def _entry_points() -> Iterable[metadata.EntryPoint]:
+    return metadata.entry_points(group=ENTRY_POINT_GROUP)
+
+
+def _blocked_names() -> set[str]:
+    raw = os.environ.get(DISABLE_PLUGINS_ENV, "")
+    return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+def load_plugins(extra: Iterable[tuple[object, LoadedPlugin]] = ()) -> PluginManager:
+    """Load every plugin of the entry-point group (minus blocked ones), then `extra` ones.
+
+    Built-in plugins (those of the trainjobs distribution) load first, in a fixed order, so
+    rendering is deterministic whatever else is installed.
+    """
+    manager = PluginManager()
+    autoload = os.environ.get(DISABLE_AUTOLOAD_ENV, "") not in ("1", "true", "yes")
+    blocked = _blocked_names()
+    found = sorted(
+        _entry_points(),
+        key=lambda ep: (_dist_name(ep) != BUILTIN_DISTRIBUTION, _dist_name(ep), ep.name),
+    )
+    seen: set[str] = set()
+    for ep in found:
+        package = _dist_name(ep)
+        if ep.name in blocked or ep.name in seen:
+            continue
+        if package != BUILTIN_DISTRIBUTION and not autoload:
+            continue
+        seen.add(ep.name)
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # a broken third-party plugin must say which one it is
+            raise PluginError(
+                f"plugin {ep.name!r} from {package} failed to import: {exc}") from exc
+        module = plugin.__name__ if isinstance(plugin, ModuleType) else ep.value
+        manager.register(plugin, LoadedPlugin(ep.name, module, package, _dist_version(ep)))
+    for plugin, info in extra:
+        manager.register(plugin, info)
+    return manager
+
+
+def _dist_name(ep: metadata.EntryPoint) -> str:
+    return ep.dist.name if ep.dist is not None else "?"
+
+
+def _dist_version(ep: metadata.EntryPoint) -> str:
+    return ep.dist.version if ep.dist is not None else "?"

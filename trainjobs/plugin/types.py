@@ -1,0 +1,167 @@
+"""The data that flows between the core and plugins.
+
+Why plain frozen dataclasses: hooks return data and the core does all I/O (the lesson of
+training-operator v1, whose template-method interface made every framework copy the status
+logic). These types are part of the public plugin API; change them deliberately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+from trainjobs.api.models import JobSpec
+
+__all__ = [
+    "Address",
+    "ClusterLayout",
+    "Framework",
+    "RenderContext",
+    "Replica",
+    "ReplicaEnv",
+    "ReplicaOutcome",
+    "ReplicaPhase",
+    "ReplicaType",
+]
+
+
+@dataclass(frozen=True)
+class ReplicaType:
+    """One replica type of a kind, e.g. MXNet's Server, with its allowed replica counts."""
+
+    name: str
+    min_replicas: int = 0
+    max_replicas: int | None = None
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    # True when a plugin supplies the framework container if the template lacks it
+    # (TensorFlow's PS gets a standard gRPC server).
+    container_optional: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The canonical name and every alias, as they may appear as replicaSpecs keys."""
+        return (self.name, *self.aliases)
+
+
+@dataclass(frozen=True)
+class Framework:
+    """Static description of a job kind, declared by a plugin's `trainjobs_frameworks` hook."""
+
+    kind: str
+    plural: str
+    short_names: tuple[str, ...]
+    name: str
+    replica_types: tuple[ReplicaType, ...]
+    container_name: str
+    default_port: int
+    spec_model: type[JobSpec] = JobSpec
+    env_in_all_containers: bool = False
+    description: str = ""
+    package: str = field(default="", compare=False)
+
+    @property
+    def port_name(self) -> str:
+        """Name of the container/service port that carries the framework's traffic."""
+        return f"{self.kind.lower()}-port"[:15]
+
+    def replica_type(self, key: str) -> ReplicaType | None:
+        """The replica type a replicaSpecs key names (by name or alias), if any."""
+        for rtype in self.replica_types:
+            if key in rtype.names:
+                return rtype
+        return None
+
+
+@dataclass(frozen=True, order=True)
+class Replica:
+    """One replica of a job: its replicaSpecs key (as the user wrote it) and its index."""
+
+    type: str
+    index: int
+
+    @property
+    def type_lower(self) -> str:
+        return self.type.lower()
+
+    def object_name(self, job_name: str) -> str:
+        """`<job>-<lowercase type>-<index>`: the pod's and the headless Service's name."""
+        return f"{job_name}-{self.type_lower}-{self.index}"
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """Where every replica of a job can be reached.
+
+    The Kubernetes backend writes each replica's headless Service name and the framework port;
+    the local backend writes 127.0.0.1 and ports it allocated. Plugins build their cluster specs
+    (MX_CONFIG, TF_CONFIG, ...) from this and nothing else, so both backends share them.
+    """
+
+    addresses: Mapping[Replica, Address]
+    job_name: str = ""
+    # Local backend only: allocates an address for a named component (e.g. a managed Redis).
+    allocate: Callable[[str, int], Address] | None = field(default=None, compare=False)
+
+    def component(self, name: str, port: int) -> Address:
+        """Where a job-owned component (a Service `<job>-<name>` on Kubernetes) listens."""
+        if self.allocate is not None:
+            return self.allocate(name, port)
+        return Address(f"{self.job_name}-{name}", port)
+
+    def of_type(self, rtype: str) -> list[Address]:
+        """Addresses of every replica of one type (a replicaSpecs key), in index order."""
+        found = sorted((r.index, a) for r, a in self.addresses.items() if r.type == rtype)
+        return [a for _, a in found]
+
+    def address(self, replica: Replica) -> Address:
+        return self.addresses[replica]
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """Facts about where the job runs, given to every rendering hook."""
+
+    backend: Literal["kubernetes", "local"]
+    framework: Framework
+    cluster: ClusterLayout
+    controller_config: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReplicaEnv:
+    """Environment variables a plugin adds to one replica's containers.
+
+    `all_containers`: False puts them in the framework's container only (TensorFlow, Caffe2);
+    True in every container of the pod (MXNet's contract).
+    """
+
+    values: Mapping[str, str]
+    all_containers: bool = False
+
+
+class ReplicaPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class ReplicaOutcome:
+    """What is known of one replica now, as the success rule sees it."""
+
+    replica: Replica
+    phase: ReplicaPhase
+    exit_code: int | None = None

@@ -1,0 +1,563 @@
+"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, controller manager,
+scheduler and KWOK with fake nodes.
+
+Why: the operator is tested against a real API server (validation, RBAC, owner references,
+garbage collection, scheduling, preemption), never against a mock. KWOK plays the kubelet:
+its stages (``kwok_stages.yaml``) move scheduled pods to Running and, on request, end them
+with a chosen exit code. Every port is picked free at start, so several control planes (a
+test session and a benchmark, or pytest-xdist workers) can run side by side.
+
+Start-up order: PKI, then etcd *and* kube-apiserver together (the apiserver retries etcd);
+controller manager, scheduler and KWOK as soon as the apiserver's port accepts connections
+(the controller manager gives the apiserver only 10 s to become healthy); then the fake
+nodes once ``/readyz`` is ok. Ready means: ``/readyz`` ok, every node Ready and untainted,
+namespace ``default`` and its ServiceAccount ``default`` present, scheduler healthy.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import yaml
+
+from trainjobs.testing._binaries import find_binaries
+from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._kubeapi import KubeAPI
+from trainjobs.testing._pki import Pki, make_pki
+from trainjobs.testing._process import (
+    ProcessRef,
+    free_ports,
+    port_open,
+    start_daemon,
+    stop_processes,
+)
+
+STATE_FILE = "control-plane.json"
+KUBECONFIG_FILE = "kubeconfig"
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+NODE_ANNOTATION = "kwok.x-k8s.io/node"
+#: Pod annotations read by the packaged KWOK stages (see kwok_stages.yaml).
+EXIT_CODE_ANNOTATION = "kwok.trainjobs.io/exit-code"
+RUN_DURATION_ANNOTATION = "kwok.trainjobs.io/run-duration"
+FAIL_TIMES_ANNOTATION = "kwok.trainjobs.io/fail-times"
+NODE_LABEL = ("type", "kwok")
+_STARTUP_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+# Stop order: the clients first, so they do not log the apiserver's shutdown; etcd last.
+_COMPONENTS = ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """What to start: the fake nodes and any extra flags per component."""
+
+    nodes: int = 2
+    node_cpu: str = "32"
+    node_memory: str = "256Gi"
+    node_pods: str = "110"
+    node_prefix: str = "kwok-node"
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    start_timeout: float = 120.0
+    #: A KWOK stages file replacing the packaged ``kwok_stages.yaml``.
+    stages: Path | None = None
+    apiserver_args: tuple[str, ...] = ()
+    controller_manager_args: tuple[str, ...] = ()
+    scheduler_args: tuple[str, ...] = ()
+    kwok_args: tuple[str, ...] = ()
+
+    def node_names(self) -> list[str]:
+        return [f"{self.node_prefix}-{i}" for i in range(self.nodes)]
+
+
+class KubectlError(ControlPlaneError):
+    """``kubectl`` exited non-zero; ``stdout`` and ``stderr`` hold its output."""
+
+    def __init__(self, args: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
+        self.args_ = list(args)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        super().__init__(f"kubectl {' '.join(args)} exited {returncode}: {stderr.strip()}")
+
+
+def stages_file() -> Path:
+    """The packaged KWOK stages (pod lifecycle with exit codes, node heartbeat)."""
+    return Path(str(resources.files("trainjobs.testing").joinpath("kwok_stages.yaml")))
+
+
+class ControlPlane:
+    """A running control plane. Start with :meth:`start`; :meth:`stop` leaves no process.
+
+    Attributes: ``workdir`` (everything lives here), ``kubeconfig`` (admin, system:masters),
+    ``server`` (``https://127.0.0.1:PORT``), ``bin_dir``, ``logs_dir``, ``ports``,
+    ``node_names`` and ``timings`` (seconds per start-up phase).
+    """
+
+    def __init__(
+        self,
+        *,
+        workdir: Path,
+        bin_dir: Path,
+        pki: Pki,
+        server: str,
+        ports: Mapping[str, int],
+        node_names: Sequence[str],
+    ) -> None:
+        self.workdir = workdir
+        self.bin_dir = bin_dir
+        self.pki = pki
+        self.server = server
+        self.ports = dict(ports)
+        self.node_names = list(node_names)
+        self.kubeconfig = workdir / KUBECONFIG_FILE
+        self.logs_dir = workdir / "logs"
+        self.timings: dict[str, float] = {}
+        self._processes: list[ProcessRef] = []
+        self._popens: dict[int, subprocess.Popen[bytes]] = {}
+
+    # -- start ------------------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        workdir: Path,
+        options: ClusterOptions | None = None,
+        *,
+        bin_dir: Path | None = None,
+        detach: bool = False,
+    ) -> ControlPlane:
+        """Start a control plane in ``workdir`` and wait until it is ready.
+
+        ``detach=False`` (tests) ties every daemon to the calling thread: if this process
+        dies, the kernel kills them. ``detach=True`` (the CLI's ``up``) lets them outlive it.
+        On failure everything started is stopped and :class:`ControlPlaneError` names the
+        component and its log.
+        """
+        options = options or ClusterOptions()
+        t0 = time.monotonic()
+        workdir = workdir.resolve()
+        existing = read_state(workdir)
+        if existing is not None and any(p.alive() for p in existing.processes):
+            raise ControlPlaneError(
+                f"a control plane is already running in {workdir}; stop it with "
+                f"`python -m trainjobs.testing.cluster down --workdir {workdir}`"
+            )
+        bin_dir = bin_dir or find_binaries()
+        for stale in ("etcd", "pki", "logs"):
+            shutil.rmtree(workdir / stale, ignore_errors=True)
+        workdir.mkdir(parents=True, exist_ok=True)
+        t_bin = time.monotonic()
+        pki = make_pki(workdir / "pki")
+        names = ("etcd-client", "etcd-peer", "kube-apiserver", "kube-controller-manager",
+                 "kube-scheduler")
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
+        plane = cls(
+            workdir=workdir,
+            bin_dir=bin_dir,
+            pki=pki,
+            server=f"https://127.0.0.1:{ports['kube-apiserver']}",
+            ports=ports,
+            node_names=options.node_names(),
+        )
+        plane.timings["binaries"] = t_bin - t0
+        plane.timings["pki"] = time.monotonic() - t_bin
+        try:
+            plane._boot(options, detach=detach, t0=t0)
+        except BaseException:
+            plane.stop()
+            raise
+        return plane
+
+    def _boot(self, options: ClusterOptions, *, detach: bool, t0: float) -> None:
+        deadline = t0 + options.start_timeout
+        self._write_kubeconfig()
+        stages = self.workdir / "kwok-stages.yaml"
+        shutil.copyfile(options.stages or stages_file(), stages)
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+
+        def launch(name: str, argv: list[str], extra_env: Mapping[str, str] | None = None) -> None:
+            proc = start_daemon(
+                [str(self.bin_dir / name), *argv],
+                self.logs_dir / f"{name}.log",
+                env={**env, **(extra_env or {})},
+                cwd=self.workdir,
+                die_with_parent=not detach,
+            )
+            self._popens[proc.pid] = proc
+            self._processes.append(ProcessRef.of(name, proc.pid))
+            self._write_state()
+
+        launch("etcd", self._etcd_args())
+        launch("kube-apiserver", [*self._apiserver_args(), *options.apiserver_args])
+        self._wait(lambda: port_open(self.ports["kube-apiserver"]), "kube-apiserver port",
+                   deadline)
+        self.timings["apiserver_listening"] = time.monotonic() - t0
+        launch("kube-controller-manager",
+               [*self._controller_manager_args(), *options.controller_manager_args])
+        launch("kube-scheduler", [*self._scheduler_args(), *options.scheduler_args])
+        # kwok reads ~/.kwok/kwok.yaml when it exists: give it an empty home.
+        (self.workdir / "kwok-home").mkdir(exist_ok=True)
+        launch("kwok", [*self._kwok_args(stages), *options.kwok_args],
+               {"HOME": str(self.workdir / "kwok-home")})
+        api = self.api()
+        self._wait(lambda: _ok(api, "/readyz"), "kube-apiserver /readyz", deadline)
+        self.timings["apiserver_ready"] = time.monotonic() - t0
+        for name in self.node_names:
+            self._create_node(api, name, options)
+        self._wait(lambda: self._nodes_ready(api), f"{len(self.node_names)} nodes Ready",
+                   deadline)
+        self.timings["nodes_ready"] = time.monotonic() - t0
+        self._wait(
+            lambda: _ok(api, "/api/v1/namespaces/default/serviceaccounts/default"),
+            "ServiceAccount default/default", deadline)
+        self._wait(lambda: _insecure_ok(self.ports["kube-scheduler"], "/readyz"),
+                   "kube-scheduler /readyz", deadline)
+        self.timings["total"] = time.monotonic() - t0
+        self._write_state()
+
+    # -- component flags --------------------------------------------------------------------
+
+    def _etcd_args(self) -> list[str]:
+        client = f"http://127.0.0.1:{self.ports['etcd-client']}"
+        peer = f"http://127.0.0.1:{self.ports['etcd-peer']}"
+        return [
+            "--name=trainjobs",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=trainjobs={peer}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_args(self) -> list[str]:
+        p = self.pki
+        return [
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd-client']}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports['kube-apiserver']}",
+            "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={p.serving_cert}",
+            f"--tls-private-key-file={p.serving_key}",
+            f"--client-ca-file={p.ca_cert}",
+            f"--cert-dir={self.workdir / 'pki' / 'apiserver-generated'}",
+            "--authorization-mode=RBAC",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={p.sa_pub}",
+            f"--service-account-signing-key-file={p.sa_key}",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount",
+            "--profiling=false",
+        ]
+
+    def _controller_manager_args(self) -> list[str]:
+        p = self.pki
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports['kube-controller-manager']}",
+            f"--cert-dir={self.workdir / 'pki' / 'controller-manager-generated'}",
+            "--controllers=*",
+            "--use-service-account-credentials=false",
+            f"--service-account-private-key-file={p.sa_key}",
+            f"--root-ca-file={p.ca_cert}",
+            f"--cluster-signing-cert-file={p.ca_cert}",
+            f"--cluster-signing-key-file={p.ca_key}",
+            "--profiling=false",
+        ]
+
+    def _scheduler_args(self) -> list[str]:
+        config = self.workdir / "kube-scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump({
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+                "leaderElection": {"leaderElect": False},
+                "enableProfiling": False,
+            })  # fmt: skip
+        )
+        return [
+            f"--config={config}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports['kube-scheduler']}",
+            f"--cert-dir={self.workdir / 'pki' / 'scheduler-generated'}",
+        ]
+
+    def _kwok_args(self, stages: Path) -> list[str]:
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--config={stages}",
+            "--manage-all-nodes=true",
+            "--node-ip=127.0.0.1",
+            f"--cidr={POD_CIDR}",
+        ]
+
+    # -- files ------------------------------------------------------------------------------
+
+    def _write_kubeconfig(self) -> None:
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "trainjobs-test", "cluster": {
+                "server": self.server, "certificate-authority-data": b64(self.pki.ca_cert)}}],
+            "users": [{"name": "trainjobs-admin", "user": {
+                "client-certificate-data": b64(self.pki.admin_cert),
+                "client-key-data": b64(self.pki.admin_key)}}],
+            "contexts": [{"name": "trainjobs-test", "context": {
+                "cluster": "trainjobs-test", "user": "trainjobs-admin",
+                "namespace": "default"}}],
+            "current-context": "trainjobs-test",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.kubeconfig.chmod(0o600)
+
+    def _write_state(self) -> None:
+        state = ControlPlaneState(
+            workdir=str(self.workdir),
+            bin_dir=str(self.bin_dir),
+            kubeconfig=str(self.kubeconfig),
+            server=self.server,
+            logs_dir=str(self.logs_dir),
+            ports=self.ports,
+            nodes=self.node_names,
+            timings=self.timings,
+            processes=list(self._processes),
+        )
+        tmp = self.workdir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state.to_json(), indent=2) + "\n")
+        tmp.replace(self.workdir / STATE_FILE)
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def _wait(self, ready: Callable[[], bool], what: str, deadline: float) -> None:
+        while True:
+            for ref in self._processes:
+                proc = self._popens.get(ref.pid)
+                if proc is not None and proc.poll() is not None:
+                    raise ControlPlaneError(
+                        f"{ref.name} exited with status {proc.returncode} while waiting for "
+                        f"{what}; log {self.logs_dir / (ref.name + '.log')}:\n"
+                        f"{self.log_tail(ref.name)}"
+                    )
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"timed out waiting for {what}; logs in {self.logs_dir}\n"
+                    + "\n".join(f"--- {n}:\n{self.log_tail(n, 8)}" for n in _COMPONENTS)
+                )
+            time.sleep(0.05)
+
+    def log_tail(self, component: str, lines: int = 30) -> str:
+        """The last ``lines`` lines of a component's log (empty if there is none)."""
+        try:
+            text = (self.logs_dir / f"{component}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _create_node(self, api: KubeAPI, name: str, options: ClusterOptions) -> None:
+        resources_ = {"cpu": options.node_cpu, "memory": options.node_memory,
+                      "pods": options.node_pods}
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {
+                    NODE_LABEL[0]: NODE_LABEL[1],
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    **options.node_labels,
+                },
+            },
+            "spec": {},
+            "status": {"capacity": resources_, "allocatable": dict(resources_)},
+        }
+        resp = api.create("/api/v1/nodes", node)
+        if resp.status not in (201, 409):
+            raise ControlPlaneError(f"creating node {name} failed ({resp.status}): "
+                                    f"{resp.body.decode(errors='replace')}")
+
+    def _nodes_ready(self, api: KubeAPI) -> bool:
+        try:
+            resp = api.get(f"/api/v1/nodes?labelSelector={NODE_LABEL[0]}%3D{NODE_LABEL[1]}")
+        except (OSError, http.client.HTTPException):
+            return False
+        if resp.status != 200:
+            return False
+        ready = set()
+        for node in resp.json().get("items", []):
+            conditions = node.get("status", {}).get("conditions") or []
+            taints = node.get("spec", {}).get("taints") or []
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not any(
+                t["key"] in _STARTUP_TAINTS for t in taints
+            ):
+                ready.add(node["metadata"]["name"])
+        return ready.issuperset(self.node_names)
+
+    # -- use --------------------------------------------------------------------------------
+
+    def api(self) -> KubeAPI:
+        """A small synchronous REST client with the admin certificate."""
+        return KubeAPI(self.server, ca_cert=self.pki.ca_cert, client_cert=self.pki.admin_cert,
+                       client_key=self.pki.admin_key)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the matching kubectl against this control plane; raise :class:`KubectlError`
+        on a non-zero exit unless ``check`` is false."""
+        return run_kubectl(self.bin_dir / "kubectl", self.kubeconfig, *args, input=input,
+                           check=check, timeout=timeout)
+
+    def stop(self) -> None:
+        """Stop every daemon (SIGTERM, then SIGKILL) and forget them. Idempotent."""
+        order = {name: i for i, name in enumerate(_COMPONENTS)}
+        refs = sorted(self._processes, key=lambda r: order.get(r.name, 0))
+        left = stop_processes(refs, popens=self._popens)
+        self._popens.clear()
+        self._processes.clear()
+        with contextlib.suppress(FileNotFoundError):
+            (self.workdir / STATE_FILE).unlink()
+        if left:
+            raise ControlPlaneError(f"still running after SIGKILL: {', '.join(left)}")
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {ref.name: ref.pid for ref in self._processes}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True)
+class ControlPlaneState:
+    """What ``up`` records in ``WORKDIR/control-plane.json`` for ``down`` and for humans."""
+
+    workdir: str
+    bin_dir: str
+    kubeconfig: str
+    server: str
+    logs_dir: str
+    ports: Mapping[str, int]
+    nodes: Sequence[str]
+    timings: Mapping[str, float]
+    processes: Sequence[ProcessRef]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["processes"] = [asdict(p) for p in self.processes]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ControlPlaneState:
+        fields_ = dict(data)
+        fields_["processes"] = [ProcessRef(**p) for p in data.get("processes", [])]
+        return cls(**fields_)
+
+
+def read_state(workdir: Path) -> ControlPlaneState | None:
+    """The state file of ``workdir``, or None when nothing was started there."""
+    try:
+        data = json.loads((workdir / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ControlPlaneError(f"unreadable state file in {workdir}: {exc}") from exc
+    return ControlPlaneState.from_json(data)
+
+
+def stop_control_plane(workdir: Path) -> list[str]:
+    """Stop what ``up`` started in ``workdir``; return the names of the daemons it stopped."""
+    workdir = workdir.resolve()
+    state = read_state(workdir)
+    if state is None:
+        return []
+    order = {name: i for i, name in enumerate(_COMPONENTS)}
+    refs = sorted(state.processes, key=lambda r: order.get(r.name, 0))
+    running = [r.name for r in refs if r.alive()]
+    left = stop_processes(refs)
+    if left:
+        raise ControlPlaneError(f"still running after SIGKILL: {', '.join(left)}")
+    (workdir / STATE_FILE).unlink(missing_ok=True)
+    return running
+
+
+def run_kubectl(
+    kubectl: Path,
+    kubeconfig: Path,
+    *args: str,
+    input: str | None = None,
+    check: bool = True,
+    timeout: float = 120.0,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``kubectl --kubeconfig KUBECONFIG ARGS...`` with a discovery cache beside the
+    kubeconfig (never ``~/.kube``)."""
+    argv = [str(kubectl), f"--kubeconfig={kubeconfig}",
+            f"--cache-dir={kubeconfig.parent / 'kubectl-cache'}", *args]
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    result = subprocess.run(argv, input=input, capture_output=True, text=True, env=env,
+                            timeout=timeout, check=False)
+    if check and result.returncode != 0:
+        raise KubectlError(args, result.returncode, result.stdout, result.stderr)
+    return result
+
+
+def _ok(api: KubeAPI, path: str) -> bool:
+    try:
+        return api.get(path).status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+_INSECURE = ssl.create_default_context()
+_INSECURE.check_hostname = False
+_INSECURE.verify_mode = ssl.CERT_NONE
+
+
+def _insecure_ok(port: int, path: str) -> bool:
+    """Probe a component's self-signed health endpoint (anonymous access is allowed)."""
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=_INSECURE, timeout=2)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()

@@ -1,0 +1,157 @@
+"""Start and stop the control plane's daemons: free ports, process groups, no leftovers.
+
+Each daemon runs in its own session (so its own process group), with stdout and stderr in a
+log file. A stopped daemon is identified by pid *and* start time (from ``/proc``), so a
+``down`` run long after ``up`` never signals an unrelated process that reused the pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 right now (all held open at once)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def port_open(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def start_daemon(
+    argv: Sequence[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    die_with_parent: bool,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session, logging to ``log_path``.
+
+    ``die_with_parent`` makes the kernel SIGKILL the daemon when the starting thread dies (a
+    test session killed hard leaves nothing behind); ``up`` from the CLI turns it off.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A daemon as recorded in the state file: pid plus kernel start time."""
+
+    name: str
+    pid: int
+    start_time: int
+
+    @classmethod
+    def of(cls, name: str, pid: int) -> ProcessRef:
+        return cls(name=name, pid=pid, start_time=start_time_of(pid) or 0)
+
+    def alive(self) -> bool:
+        """Running (not a zombie) and still the same process that was started."""
+        stat = _read_stat(self.pid)
+        if stat is None:
+            return False
+        state, started = stat
+        return state != "Z" and started == self.start_time
+
+
+def start_time_of(pid: int) -> int | None:
+    stat = _read_stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _read_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 2 (comm) may contain spaces and parentheses: split after its closing paren.
+    fields = raw[raw.rfind(")") + 2 :].split()
+    return fields[0], int(fields[19])
+
+
+def stop_processes(
+    refs: Sequence[ProcessRef],
+    *,
+    grace: float = 5.0,
+    popens: Mapping[int, subprocess.Popen[bytes]] | None = None,
+) -> list[str]:
+    """SIGTERM each daemon's process group, SIGKILL what is left after ``grace`` seconds.
+
+    Returns the names of daemons that were still running after SIGKILL (normally none).
+    ``popens`` lets the starting process reap its own children so none stays a zombie.
+    """
+    popens = popens or {}
+    live = [r for r in refs if r.alive()]
+    for ref in live:
+        _signal_group(ref.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while live and time.monotonic() < deadline:
+        _reap(popens)
+        live = [r for r in live if r.alive()]
+        if live:
+            time.sleep(0.02)
+    for ref in live:
+        _signal_group(ref.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while live and time.monotonic() < deadline:
+        _reap(popens)
+        live = [r for r in live if r.alive()]
+        if live:
+            time.sleep(0.02)
+    _reap(popens)
+    return [r.name for r in live]
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _reap(popens: Mapping[int, subprocess.Popen[bytes]]) -> None:
+    for proc in popens.values():
+        proc.poll()

@@ -1,0 +1,88 @@
+"""Command line for the dev control plane: ``python -m trainjobs.testing.cluster up|down|status``.
+
+``up`` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK with fake
+nodes in ``--workdir`` and returns once everything is ready, leaving the daemons running; its
+last line on stdout is the admin kubeconfig path, so ``export KUBECONFIG=$(... up ...)``
+works. ``down`` stops them (SIGTERM, then SIGKILL, by process group) and leaves no process.
+The library behind it is :class:`trainjobs.testing.ControlPlane`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainjobs.testing._controlplane import (
+    ClusterOptions,
+    ControlPlane,
+    read_state,
+    stop_control_plane,
+)
+from trainjobs.testing._errors import ControlPlaneError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainjobs.testing.cluster",
+        description="Start or stop a local Kubernetes control plane with KWOK fake nodes.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start a control plane and wait until it is ready")
+    up.add_argument("--workdir", type=Path, required=True, help="state, certificates, logs")
+    up.add_argument("--nodes", type=int, default=2, help="number of fake nodes (default 2)")
+    up.add_argument("--node-cpu", default="32", help="cpu capacity per node (default 32)")
+    up.add_argument("--node-memory", default="256Gi", help="memory per node (default 256Gi)")
+    up.add_argument("--node-pods", default="110", help="pod capacity per node (default 110)")
+    up.add_argument("--timeout", type=float, default=120.0, help="start-up limit in seconds")
+    up.add_argument("--stages", type=Path, help="KWOK stages replacing the packaged ones")
+    down = sub.add_parser("down", help="stop the control plane started in --workdir")
+    down.add_argument("--workdir", type=Path, required=True)
+    status = sub.add_parser("status", help="print the state file of --workdir")
+    status.add_argument("--workdir", type=Path, required=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "up":
+            if args.nodes < 0:
+                raise ControlPlaneError("--nodes must be 0 or more")
+            options = ClusterOptions(
+                nodes=args.nodes,
+                node_cpu=args.node_cpu,
+                node_memory=args.node_memory,
+                node_pods=args.node_pods,
+                start_timeout=args.timeout,
+                stages=args.stages,
+            )
+            plane = ControlPlane.start(args.workdir, options, detach=True)
+            print(
+                f"control plane ready in {plane.timings['total']:.1f}s: {plane.server}, "
+                f"{len(plane.node_names)} node(s), logs in {plane.logs_dir}",
+                file=sys.stderr,
+            )
+            print(plane.kubeconfig)
+        elif args.command == "down":
+            stopped = stop_control_plane(args.workdir)
+            print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running",
+                  file=sys.stderr)
+        else:
+            state = read_state(args.workdir.resolve())
+            if state is None:
+                print("nothing was started in this workdir", file=sys.stderr)
+                return 1
+            data = state.to_json()
+            data["running"] = {p.name: p.alive() for p in state.processes}
+            print(json.dumps(data, indent=2))
+    except ControlPlaneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

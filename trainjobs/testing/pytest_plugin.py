@@ -1,0 +1,84 @@
+"""pytest plugin: a real Kubernetes control plane for a whole test session.
+
+Fixtures:
+
+``kube_cluster`` (session)
+    A started :class:`trainjobs.testing.ControlPlane`: ``.kubeconfig`` (admin),
+    ``.kubectl(*args)``, ``.server``, ``.bin_dir``, ``.logs_dir``, ``.api()``. Started once,
+    in a pytest temporary directory, on first use; stopped at session end, also when tests
+    fail or the session is interrupted. If it cannot start, every test using it errors (never
+    skips) with the failing component's log. Tests share it: give each test its own
+    namespace (the ``kube_namespace`` fixture) or unique names.
+``kube_cluster_options`` (session)
+    The :class:`trainjobs.testing.ClusterOptions` used to start it; override it in a
+    ``conftest.py`` to change the number or size of the fake nodes or add component flags.
+``kube_namespace`` (function)
+    A fresh namespace in ``kube_cluster``, deleted (without waiting) after the test.
+
+When a test using the cluster fails, its report and the session summary name the log dir.
+Enable it with ``pytest_plugins = ["trainjobs.testing.pytest_plugin"]`` in a top-level
+``conftest.py`` (or ``-p trainjobs.testing.pytest_plugin``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from trainjobs.testing._controlplane import ClusterOptions, ControlPlane
+
+_LOGS_DIR = pytest.StashKey[Path]()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster_options() -> ClusterOptions:
+    """Options for ``kube_cluster``; override this fixture to change them."""
+    return ClusterOptions()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    kube_cluster_options: ClusterOptions,
+) -> Iterator[ControlPlane]:
+    """A real control plane (etcd, apiserver, controller manager, scheduler, KWOK nodes)."""
+    workdir = tmp_path_factory.mktemp("kube-cluster")
+    request.config.stash[_LOGS_DIR] = workdir / "logs"
+    plane = ControlPlane.start(workdir, kube_cluster_options)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def kube_namespace(kube_cluster: ControlPlane) -> Iterator[str]:
+    """A namespace of its own for one test."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    kube_cluster.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        kube_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    logs = item.config.stash.get(_LOGS_DIR, None)
+    if report.failed and logs is not None and "kube_cluster" in getattr(item, "fixturenames", ()):
+        report.sections.append(("kube_cluster", f"control plane logs: {logs}"))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    logs = terminalreporter.config.stash.get(_LOGS_DIR, None)
+    stats = terminalreporter.stats
+    if logs is not None and (stats.get("failed") or stats.get("error")):
+        terminalreporter.write_line(f"kube_cluster control plane logs: {logs}")
