@@ -92,7 +92,9 @@ fi
 # Check that the framework really imports before declaring the venv ready.
 case "$name" in
   mxnet)      check='import mxnet; print("mxnet", mxnet.__version__)' ;;
-  tensorflow) check='import tensorflow as tf; print("tensorflow", tf.__version__)' ;;
+  tensorflow) check='import os; os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf, tf_keras; assert tf.keras.Sequential is tf_keras.Sequential
+print("tensorflow", tf.__version__, "tf_keras", tf_keras.__version__)' ;;
   gloo)       check='import torch, torch.distributed as d, redis; assert d.is_gloo_available(), "no gloo"; print("torch", torch.__version__, "gloo ok")' ;;
 esac
 TF_CPP_MIN_LOG_LEVEL=2 "$venv/bin/python" -c "$check" >&2 \

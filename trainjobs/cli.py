@@ -60,6 +60,12 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from trainjobs.local.runner import run_file
+
+    return run_file(Path(args.job), args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainjobs",
@@ -78,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = sub.add_parser("plugins", help="list installed plugins and their packages")
     plugins.set_defaults(func=_cmd_plugins)
 
+    from trainjobs.local.runner import add_run_arguments
+
+    run = sub.add_parser("run", help="run a job on this machine, each replica a process")
+    add_run_arguments(run)
+    run.set_defaults(func=_cmd_run)
     return parser
 
 

@@ -5,7 +5,7 @@ from TF_CONFIG through TensorFlow's own TFConfigClusterResolver (the contract:
 ``{"cluster": {"chief": [...], "worker": [...]}, "task": {"type": ..., "index": ...},
 "environment": "cloud"}``). Without TF_CONFIG it trains alone with the default strategy.
 
-A small Keras regression model is fitted on data generated in the program; the dataset is
+A small Keras (tf-keras, i.e. Keras 2 as ``tf.keras``) regression model is fitted on data generated in the program; the dataset is
 sharded across workers by tf.data (AutoShardPolicy.DATA) and gradients are all-reduced by
 the collective ops, so every worker ends with the same weights. ``--model-dir`` saves the
 weights (the chief writes them; the other workers write to a scratch copy, as TF requires).
@@ -26,7 +26,9 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# Keras 2 (the tf-keras package) as tf.keras: Keras 3's model.fit breaks under a multi-worker
+# MultiWorkerMirroredStrategy (keras-team/keras#20585). Must be set before importing TF.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
 def log(msg: str) -> None:
@@ -67,9 +69,11 @@ def main() -> int:
         )
         cluster = resolver.cluster_spec().as_dict()
         n_workers = sum(len(v) for k, v in cluster.items() if k in ("chief", "master", "worker"))
+        # "environment" is accepted and ignored by TF2 (only the removed TF1 distribute
+        # coordinator read it).
         log(
             f"{task_type} {task_id}: MultiWorkerMirroredStrategy over {cluster} "
-            f"({n_workers} workers, environment={resolver.environment!r})"
+            f"({n_workers} workers, TF_CONFIG environment={tf_config.get('environment')!r})"
         )
     else:
         task_type, task_id, n_workers = "chief", 0, 1

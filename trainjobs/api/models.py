@@ -143,7 +143,13 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
 
 
-class Condition(SpecModel):
+class StatusModel(SpecModel):
+    """Status is written by the operator; unknown fields from other versions are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class Condition(StatusModel):
     type: ConditionType
     status: Literal["True", "False", "Unknown"]
     reason: str = ""
@@ -151,17 +157,16 @@ class Condition(SpecModel):
     last_transition_time: datetime | None = None
 
 
-class ReplicaStatus(SpecModel):
+class ReplicaStatus(StatusModel):
     active: int = 0
     succeeded: int = 0
     failed: int = 0
-    restarts: int = 0
+    restarts: int = Field(default=0, description="Recreations plus in-place container restarts.")
+    recreations: int = Field(default=0, description="Pods recreated after a retryable failure.")
 
 
-class JobStatus(SpecModel):
+class JobStatus(StatusModel):
     """What the operator reports. `state` is the one condition that is True now."""
-
-    model_config = ConfigDict(extra="ignore")
 
     state: str = ""
     replica_summary: str = Field(

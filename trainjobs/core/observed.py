@@ -1,0 +1,123 @@
+"""What the core knows of a job's pods, reduced to the facts the planner decides on.
+
+Why a reduced view: the planner must be a pure function that both backends can feed. The
+Kubernetes backend builds an `ObservedPod` from a core/v1 Pod (`from_pod`); the local backend
+builds one from a process. The caches keep only these fields, which is what makes 20,000 pods
+cheap to hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from trainjobs.core.render import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+
+__all__ = ["DISRUPTION_REASONS", "UNRUNNABLE_REASONS", "ObservedPod", "PodPhase", "from_pod"]
+
+
+class PodPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+# A pod that ended for one of these reasons was taken by the cluster (preemption, eviction,
+# node loss), not failed by the program: it is recreated and not counted against backoffLimit.
+DISRUPTION_REASONS = frozenset({
+    "Evicted", "Preempting", "Preempted", "NodeLost", "NodeShutdown", "Shutdown", "Terminated",
+    "UnexpectedAdmissionError", "OutOfcpu", "OutOfmemory", "NodeAffinity",
+})
+# Containers waiting for one of these reasons may never start; past a grace period the job
+# fails with the reason rather than hanging forever.
+UNRUNNABLE_REASONS = frozenset({
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+    "CreateContainerConfigError", "CreateContainerError",
+})
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    """One pod of a job as last seen."""
+
+    name: str
+    uid: str
+    replica_type_lower: str
+    index: int
+    phase: PodPhase
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    restarts: int = 0
+    deleting: bool = False
+    disrupted: bool = False
+    waiting_reason: str = ""
+    created: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return not self.deleting and self.phase in (PodPhase.PENDING, PodPhase.RUNNING,
+                                                    PodPhase.UNKNOWN)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return None
+
+
+def from_pod(pod: dict[str, Any], container_name: str) -> ObservedPod | None:
+    """The observed view of a core/v1 Pod (as JSON), or None when it is not a replica pod."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        index = int(labels[LABEL_REPLICA_INDEX])
+        rtype = labels[LABEL_REPLICA_TYPE]
+    except (KeyError, ValueError):
+        return None
+    status = pod.get("status") or {}
+    statuses = list(status.get("containerStatuses") or [])
+    main = next((s for s in statuses if s.get("name") == container_name),
+                statuses[0] if statuses else None)
+    exit_code: int | None = None
+    reason = status.get("reason") or ""
+    message = status.get("message") or ""
+    waiting = ""
+    for cs in ([main] if main else []) + [s for s in statuses if s is not main]:
+        state = cs.get("state") or {}
+        term = state.get("terminated")
+        if term is not None and exit_code is None and (cs is main or term.get("exitCode")):
+            exit_code = int(term.get("exitCode", 0))
+            if not reason:
+                reason = term.get("reason") or ""
+            if not message:
+                message = term.get("message") or ""
+        wait = state.get("waiting")
+        if wait and not waiting:
+            waiting = wait.get("reason") or ""
+            if waiting in UNRUNNABLE_REASONS and not message:
+                message = wait.get("message") or ""
+    disrupted = reason in DISRUPTION_REASONS or any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        for c in status.get("conditions") or [])
+    return ObservedPod(
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        replica_type_lower=rtype,
+        index=index,
+        phase=PodPhase(status.get("phase") or "Pending"),
+        exit_code=exit_code,
+        reason=reason,
+        message=message,
+        restarts=sum(int(s.get("restartCount") or 0) for s in statuses),
+        deleting=bool(meta.get("deletionTimestamp")),
+        disrupted=disrupted,
+        waiting_reason=waiting,
+        created=_parse_time(meta.get("creationTimestamp")),
+    )

@@ -1,0 +1,458 @@
+"""The reconcile decision: from a job and what exists, what to create, delete and report.
+
+Why a pure function: it is the one place where restart, success, failure, suspension, deadline
+and cleanup semantics live, shared by the Kubernetes backend and the local runtime, and it can
+be tested exhaustively without I/O (tests/unit/test_planner.py, including hypothesis-generated
+states). It never performs an action; the backend does, then calls it again with the new state.
+Calling it again on the state its own plan produced must ask for nothing new (idempotence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from trainjobs.api.models import (
+    CleanPodPolicy,
+    Condition,
+    ConditionType,
+    Job,
+    JobStatus,
+    ReplicaStatus,
+    RestartPolicy,
+)
+from trainjobs.core.observed import UNRUNNABLE_REASONS, ObservedPod, PodPhase
+from trainjobs.core.render import RenderedJob
+from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
+
+__all__ = ["EXCLUSIVE_CONDITIONS", "Event", "Plan", "PlannerSettings", "plan", "retryable"]
+
+EXCLUSIVE_CONDITIONS = (
+    ConditionType.RUNNING, ConditionType.RESTARTING, ConditionType.SUCCEEDED,
+    ConditionType.FAILED, ConditionType.SUSPENDED,
+)
+FINISHED = (ConditionType.SUCCEEDED, ConditionType.FAILED)
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    # How long a container may wait on an image pull or config error before the job fails.
+    unrunnable_grace: timedelta = timedelta(seconds=120)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event (or a local log line) the backend should emit."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """What the backend should do now. Empty lists and an unchanged status mean: nothing."""
+
+    create_pods: list[dict[str, Any]] = field(default_factory=list)
+    delete_pods: list[str] = field(default_factory=list)
+    create_services: list[dict[str, Any]] = field(default_factory=list)
+    delete_services: list[str] = field(default_factory=list)
+    create_extras: list[dict[str, Any]] = field(default_factory=list)
+    status: JobStatus = field(default_factory=JobStatus)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    delete_job: bool = False
+
+    @property
+    def actions(self) -> int:
+        return (len(self.create_pods) + len(self.delete_pods) + len(self.create_services)
+                + len(self.delete_services) + len(self.create_extras) + int(self.delete_job))
+
+
+def retryable(policy: RestartPolicy, pod: ObservedPod) -> bool:
+    """Whether a Failed pod may be recreated (counted against backoffLimit)."""
+    if policy is RestartPolicy.NEVER:
+        return False
+    if policy is RestartPolicy.EXIT_CODE:
+        return pod.exit_code is None or pod.exit_code >= 128
+    return True  # OnFailure/Always: a pod-level failure (the kubelet restarts in place)
+
+
+@dataclass
+class _State:
+    """Working state of one planning pass."""
+
+    job: Job
+    now: datetime
+    plan: Plan
+    status: dict[str, Any]
+    failure: tuple[str, str] | None = None  # (reason, message)
+    restarting: bool = False
+    disrupted: bool = False
+
+
+def plan(
+    job: Job,
+    desired: RenderedJob,
+    pods: Sequence[ObservedPod],
+    services: set[str],
+    extras: set[str],
+    succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
+    now: datetime | None = None,
+    settings: PlannerSettings = PlannerSettings(),
+) -> Plan:
+    """Decide the next actions and the status for `job`.
+
+    `desired` is the job rendered by the plugins; `pods` the job's pods (including those the
+    backend just created or deleted but its cache has not shown yet); `services` and `extras`
+    the names of the Services and extra objects (`Kind/name`) that exist; `succeeded` the
+    kind's success rule.
+    """
+    now = now or datetime.now(UTC)
+    old = job.status
+    state = _State(job, now, Plan(), _status_dict(old))
+    if job.metadata.deletion_timestamp is not None:
+        state.plan.status = old
+        return state.plan
+    if _finished(old):
+        return _finish(state, desired, pods, services)
+    if job.spec.run_policy.suspend:
+        return _suspend(state, pods)
+
+    by_name = {p.name: p for p in pods}
+    spec_types = {k.lower(): k for k in job.spec.replica_specs}
+    if state.status.get("startTime") is None:
+        state.status["startTime"] = _iso(now)
+    _ensure_condition(state, ConditionType.CREATED, "JobCreated",
+                      f"{job.kind} {job.name} is created")
+
+    outcomes: list[ReplicaOutcome] = []
+    counted = set(old.counted_failures)
+    new_counted: set[str] = set()
+    restarts_now = _restart_totals(old)
+    for name, pod_manifest in desired.pods.items():
+        replica = desired.replicas[name]
+        policy = job.spec.replica_specs[replica.type].restart_policy
+        pod = by_name.get(name)
+        outcomes.append(_outcome(state, replica, pod, policy, pod_manifest, counted,
+                                 new_counted, restarts_now, settings))
+    # Pods whose replica no longer exists (scaled down, or a type removed): delete them.
+    for pod in pods:
+        if pod.name not in desired.pods and not pod.deleting:
+            state.plan.delete_pods.append(pod.name)
+    for name, svc in desired.services.items():
+        if name not in services:
+            state.plan.create_services.append(svc)
+    state.plan.delete_services.extend(sorted(services - set(desired.services)))
+    for obj in desired.extras:
+        if f"{obj['kind']}/{obj['metadata']['name']}" not in extras:
+            state.plan.create_extras.append(obj)
+
+    total_restarts = sum(restarts_now.values()) + sum(
+        p.restarts for p in pods if not p.deleting and p.name in desired.pods)
+    backoff_limit = job.spec.run_policy.backoff_limit
+    if state.failure is None and total_restarts > backoff_limit:
+        state.failure = ("BackoffLimitExceeded",
+                         f"{total_restarts} restarts exceed backoffLimit {backoff_limit}"
+                         + _last_failure_note(pods))
+    deadline = job.spec.run_policy.active_deadline_seconds
+    started = _parse(state.status.get("startTime"))
+    if state.failure is None and deadline is not None and started is not None:
+        ends = started + timedelta(seconds=deadline)
+        if now >= ends:
+            state.failure = ("DeadlineExceeded", f"the job ran longer than "
+                             f"activeDeadlineSeconds ({deadline}s)")
+        else:
+            state.plan.requeue_after = (ends - now).total_seconds()
+
+    state.status["countedFailures"] = sorted(new_counted)
+    _replica_statuses(state, desired, pods, restarts_now, spec_types)
+    if state.failure is not None:
+        _conclude(state, ConditionType.FAILED, *state.failure)
+        state.plan.events.append(Event("Warning", state.failure[0], state.failure[1]))
+        # Nothing more is created for a failed job; cleanup happens on the next pass.
+        state.plan.create_pods.clear()
+        state.plan.create_services.clear()
+        state.plan.create_extras.clear()
+        state.plan.requeue_after = 0.0
+    elif succeeded(outcomes):
+        _conclude(state, ConditionType.SUCCEEDED, "JobSucceeded",
+                  f"{job.kind} {job.name} succeeded")
+        state.plan.events.append(Event("Normal", "JobSucceeded",
+                                       f"{job.kind} {job.name} succeeded"))
+        state.plan.create_pods.clear()
+        state.plan.requeue_after = 0.0
+    elif state.restarting:
+        _set_exclusive(state, ConditionType.RESTARTING, "JobRestarting",
+                       "replicas are being restarted")
+    elif all(o.phase in (ReplicaPhase.RUNNING, ReplicaPhase.SUCCEEDED) for o in outcomes):
+        _set_exclusive(state, ConditionType.RUNNING, "JobRunning",
+                       f"{job.kind} {job.name} is running")
+    elif state.disrupted and _current(old) in (ConditionType.RUNNING, ConditionType.RESTARTING):
+        # Replicas lost to preemption/eviction are being recreated; an elastic job keeps
+        # Running while enough workers run, otherwise it is Restarting until they are back.
+        if _elastic_ok(job, outcomes):
+            _set_exclusive(state, ConditionType.RUNNING, "JobRunning",
+                           "running with fewer workers while lost ones are recreated")
+        else:
+            _set_exclusive(state, ConditionType.RESTARTING, "ReplicasLost",
+                           "replicas taken by the cluster are being recreated")
+    state.plan.status = _build_status(state, old)
+    return state.plan
+
+
+def _outcome(
+    state: _State,
+    replica: Replica,
+    pod: ObservedPod | None,
+    policy: RestartPolicy,
+    manifest: dict[str, Any],
+    counted: set[str],
+    new_counted: set[str],
+    restarts: dict[str, int],
+    settings: PlannerSettings,
+) -> ReplicaOutcome:
+    if pod is None:
+        state.plan.create_pods.append(manifest)
+        return ReplicaOutcome(replica, ReplicaPhase.PENDING)
+    if pod.deleting:
+        return ReplicaOutcome(replica, ReplicaPhase.PENDING)
+    if pod.phase is PodPhase.SUCCEEDED:
+        return ReplicaOutcome(replica, ReplicaPhase.SUCCEEDED, pod.exit_code)
+    if pod.phase is PodPhase.FAILED:
+        return _failed(state, replica, pod, policy, counted, new_counted, restarts)
+    if pod.waiting_reason in UNRUNNABLE_REASONS and pod.created is not None and \
+            state.now - pod.created >= settings.unrunnable_grace:
+        state.failure = (pod.waiting_reason, f"replica {replica.type} {replica.index} (pod "
+                         f"{pod.name}) cannot start: {pod.waiting_reason}"
+                         + (f": {pod.message}" if pod.message else ""))
+    elif pod.waiting_reason in UNRUNNABLE_REASONS and pod.created is not None:
+        remaining = settings.unrunnable_grace - (state.now - pod.created)
+        _requeue(state.plan, remaining.total_seconds())
+    phase = ReplicaPhase.RUNNING if pod.phase is PodPhase.RUNNING else ReplicaPhase.PENDING
+    return ReplicaOutcome(replica, phase)
+
+
+def _failed(
+    state: _State,
+    replica: Replica,
+    pod: ObservedPod,
+    policy: RestartPolicy,
+    counted: set[str],
+    new_counted: set[str],
+    restarts: dict[str, int],
+) -> ReplicaOutcome:
+    code = "unknown" if pod.exit_code is None else str(pod.exit_code)
+    what = (f"replica {replica.type} {replica.index} (pod {pod.name}) failed with exit code "
+            f"{code}" + (f" ({pod.reason})" if pod.reason else ""))
+    if pod.disrupted:
+        state.disrupted = True
+        state.plan.delete_pods.append(pod.name)
+        state.plan.events.append(Event("Normal", "ReplicaLost", f"{what}: taken by the "
+                                       "cluster, recreating it (not counted as a failure)"))
+        return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
+    if not retryable(policy, pod):
+        state.failure = ("ReplicaFailed", f"{what}; restartPolicy {policy.value}"
+                         + (" (exit codes 1-127 are permanent)"
+                            if policy is RestartPolicy.EXIT_CODE else ""))
+        return ReplicaOutcome(replica, ReplicaPhase.FAILED, pod.exit_code)
+    # Retryable: count it once (by pod uid, so a repeated pass never counts it twice), then
+    # delete the pod; the next pass recreates it under the same name.
+    if pod.uid not in counted:
+        restarts[replica.type] = restarts.get(replica.type, 0) + 1 + pod.restarts
+        state.plan.events.append(Event("Warning", "ReplicaRestarting",
+                                       f"{what}; restarting it"))
+    new_counted.add(pod.uid)
+    state.restarting = True
+    state.plan.delete_pods.append(pod.name)
+    return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
+
+
+def _last_failure_note(pods: Sequence[ObservedPod]) -> str:
+    failed = [p for p in pods if p.phase is PodPhase.FAILED and not p.disrupted]
+    if not failed:
+        return ""
+    last = failed[-1]
+    return f"; last failure: pod {last.name} exit code {last.exit_code}" + (
+        f" ({last.reason})" if last.reason else "")
+
+
+def _elastic_ok(job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
+    for key, rspec in job.spec.replica_specs.items():
+        if rspec.elastic_policy is None:
+            continue
+        running = sum(1 for o in outcomes if o.replica.type == key
+                      and o.phase is ReplicaPhase.RUNNING)
+        if running < rspec.elastic_policy.min_replicas:
+            return False
+        return all(o.phase in (ReplicaPhase.RUNNING, ReplicaPhase.SUCCEEDED)
+                   for o in outcomes if o.replica.type != key)
+    return False
+
+
+def _finish(
+    state: _State, desired: RenderedJob, pods: Sequence[ObservedPod], services: set[str]
+) -> Plan:
+    """A finished job: apply cleanPodPolicy, then the TTL. Nothing is ever created again."""
+    job, plan_ = state.job, state.plan
+    policy = job.spec.run_policy.clean_pod_policy
+    for pod in pods:
+        if pod.deleting:
+            continue
+        if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and pod.active):
+            plan_.delete_pods.append(pod.name)
+            if pod.name in services:
+                plan_.delete_services.append(pod.name)
+    ttl = job.spec.run_policy.ttl_seconds_after_finished
+    completed = job.status.completion_time
+    if ttl is not None and completed is not None:
+        expires = completed + timedelta(seconds=ttl)
+        if state.now >= expires:
+            plan_.delete_job = True
+            plan_.events.append(Event("Normal", "TTLExpired", f"deleting {job.kind} {job.name}:"
+                                      f" finished more than {ttl}s ago"))
+        else:
+            plan_.requeue_after = (expires - state.now).total_seconds()
+    state.status["replicaStatuses"] = {
+        t: {**s.to_api(), "active": sum(1 for p in pods if p.active and
+                                        p.replica_type_lower == t.lower())}
+        for t, s in job.status.replica_statuses.items()
+    }
+    plan_.status = _build_status(state, job.status)
+    return plan_
+
+
+def _suspend(state: _State, pods: Sequence[ObservedPod]) -> Plan:
+    job = state.job
+    for pod in pods:
+        if not pod.deleting:
+            state.plan.delete_pods.append(pod.name)
+    if _current(job.status) is not ConditionType.SUSPENDED:
+        state.plan.events.append(Event("Normal", "JobSuspended", "suspended: pods deleted"))
+    _set_exclusive(state, ConditionType.SUSPENDED, "JobSuspended",
+                   f"{job.kind} {job.name} is suspended")
+    # Like batch/v1 Jobs: the deadline clock restarts when the job resumes.
+    state.status["startTime"] = None
+    state.status["replicaStatuses"] = {
+        t: {**s.to_api(), "active": sum(1 for p in pods if p.active and
+                                        p.replica_type_lower == t.lower())}
+        for t, s in job.status.replica_statuses.items()
+    }
+    state.plan.status = _build_status(state, job.status)
+    return state.plan
+
+
+def _replica_statuses(
+    state: _State,
+    desired: RenderedJob,
+    pods: Sequence[ObservedPod],
+    restarts: Mapping[str, int],
+    spec_types: Mapping[str, str],
+) -> None:
+    statuses: dict[str, dict[str, int]] = {}
+    for key, rspec in state.job.spec.replica_specs.items():
+        mine = [p for p in pods if spec_types.get(p.replica_type_lower) == key]
+        statuses[key] = {
+            "active": sum(1 for p in mine if p.active),
+            "succeeded": sum(1 for p in mine if p.phase is PodPhase.SUCCEEDED),
+            "failed": sum(1 for p in mine if p.phase is PodPhase.FAILED and not p.disrupted),
+            "restarts": restarts.get(key, 0) + sum(p.restarts for p in mine if not p.deleting),
+            "recreations": restarts.get(key, 0),
+        }
+    state.status["replicaStatuses"] = statuses
+    state.status["replicaSummary"] = ", ".join(
+        f"{k} {statuses[k]['active']}/{r.replicas}" for k, r in
+        state.job.spec.replica_specs.items())
+
+
+def _restart_totals(status: JobStatus) -> dict[str, int]:
+    """Recreations already counted per replica type (durable across operator restarts)."""
+    return {t: s.recreations for t, s in status.replica_statuses.items()}
+
+
+# Conditions -------------------------------------------------------------------------------
+
+def _status_dict(status: JobStatus) -> dict[str, Any]:
+    return {
+        "conditions": [c.to_api() for c in status.conditions],
+        "startTime": _iso(status.start_time),
+        "completionTime": _iso(status.completion_time),
+        "replicaStatuses": {t: s.to_api() for t, s in status.replica_statuses.items()},
+        "replicaSummary": status.replica_summary,
+        "countedFailures": list(status.counted_failures),
+    }
+
+
+def _finished(status: JobStatus) -> bool:
+    return any(c.type in FINISHED and c.status == "True" for c in status.conditions)
+
+
+def _current(status: JobStatus) -> ConditionType | None:
+    for c in status.conditions:
+        if c.type in EXCLUSIVE_CONDITIONS and c.status == "True":
+            return c.type
+    return None
+
+
+def _ensure_condition(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
+    conds = state.status["conditions"]
+    if not any(c["type"] == ctype.value for c in conds):
+        conds.append({"type": ctype.value, "status": "True", "reason": reason,
+                      "message": message, "lastTransitionTime": _iso(state.now)})
+
+
+def _set_exclusive(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
+    """Make `ctype` the one True exclusive condition, keeping the others' history as False."""
+    conds: list[dict[str, Any]] = state.status["conditions"]
+    for cond in conds:
+        if cond["type"] in {c.value for c in EXCLUSIVE_CONDITIONS} and \
+                cond["type"] != ctype.value and cond["status"] == "True":
+            cond.update(status="False", lastTransitionTime=_iso(state.now))
+    for cond in conds:
+        if cond["type"] == ctype.value:
+            if cond["status"] != "True":
+                cond.update(status="True", lastTransitionTime=_iso(state.now))
+            cond.update(reason=reason, message=message)
+            return
+    conds.append({"type": ctype.value, "status": "True", "reason": reason, "message": message,
+                  "lastTransitionTime": _iso(state.now)})
+
+
+def _conclude(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
+    _set_exclusive(state, ctype, reason, message)
+    state.status["completionTime"] = _iso(state.now)
+
+
+def _requeue(plan_: Plan, seconds: float) -> None:
+    seconds = max(seconds, 0.0)
+    if plan_.requeue_after is None or seconds < plan_.requeue_after:
+        plan_.requeue_after = seconds
+
+
+def _build_status(state: _State, old: JobStatus) -> JobStatus:
+    raw = dict(state.status)
+    raw["observedGeneration"] = state.job.metadata.generation or None
+    current = next((c["type"] for c in raw["conditions"]
+                    if c["type"] in {e.value for e in EXCLUSIVE_CONDITIONS}
+                    and c["status"] == "True"), None)
+    raw["state"] = current or ("Created" if raw["conditions"] else "")
+    raw = {k: v for k, v in raw.items() if v is not None}
+    new = JobStatus.model_validate(raw)
+    return old if new == old else new
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _parse(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def conditions_true(status: JobStatus) -> list[Condition]:
+    """The conditions that are True (for tests and printing)."""
+    return [c for c in status.conditions if c.status == "True"]

@@ -1,0 +1,247 @@
+"""`trainjobs run`: the embedded local runtime. Each replica is a process on this machine.
+
+Why it exists: to run the very job YAML a user will `kubectl apply`, before there is a cluster,
+through the same plugins and the same reconcile planner as the operator, so restart policies,
+backoffLimit, the deadline and success rules behave identically. The loop is the operator's
+loop in miniature: observe processes, `plan`, act, repeat on every change.
+
+Local differences, all documented in docs/local.md: addresses are 127.0.0.1 with free ports,
+the image is ignored (commands run from PATH, relative paths from the job file's directory),
+Services are only names, Pods among a plugin's extra objects run as processes (the managed
+Redis), other extra objects are skipped with a note, and every process is stopped when the job
+ends whatever cleanPodPolicy says (nothing may outlive the command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from trainjobs.api.models import Job
+from trainjobs.core.observed import PodPhase
+from trainjobs.core.planner import Plan, plan
+from trainjobs.core.render import RenderedJob, expected_replicas, render_job
+from trainjobs.core.validation import load_job_file
+from trainjobs.errors import SpecError, SpecInvalid, TrainjobsError
+from trainjobs.local.output import Console, ReplicaSummary
+from trainjobs.local.process import ProcessSpec, ReplicaProcess, process_spec
+from trainjobs.plugin.manager import PluginManager, load_plugins
+from trainjobs.plugin.types import Address, ClusterLayout, Framework
+
+__all__ = ["LocalRun", "add_run_arguments", "free_port", "run_file"]
+
+LOCAL_NAMESPACE = "local"
+EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="job YAML file (one job)")
+    parser.add_argument("--run-dir", default="runs", metavar="DIR",
+                        help="logs go to DIR/<job>-<time>/ (default: ./runs)")
+    parser.add_argument("--no-color", action="store_true", help="plain output")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (the OS picks it; it stays free until someone binds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def local_layout(job: Job) -> ClusterLayout:
+    ports: dict[str, Address] = {}
+
+    def allocate(component: str, _default_port: int) -> Address:
+        if component not in ports:
+            ports[component] = Address("127.0.0.1", free_port())
+        return ports[component]
+
+    return ClusterLayout({r: Address("127.0.0.1", free_port()) for r in expected_replicas(job)},
+                         job_name=job.name, allocate=allocate)
+
+
+class LocalRun:
+    """Runs one job to completion."""
+
+    def __init__(self, job: Job, framework: Framework, plugins: PluginManager,
+                 base_dir: Path, log_dir: Path, console: Console) -> None:
+        self.job = job
+        self.framework = framework
+        self.plugins = plugins
+        self.base_dir = base_dir
+        self.log_dir = log_dir
+        self.console = console
+        self.desired: RenderedJob = render_job(job, framework, plugins, backend="local",
+                                               layout=local_layout(job))
+        self.processes: dict[str, ReplicaProcess] = {}
+        self.components: dict[str, ReplicaProcess] = {}
+        self.services: set[str] = set()
+        self.extras: set[str] = set()
+        self.history: dict[str, ReplicaSummary] = {}
+        self._wake = asyncio.Event()
+        self._specs = self._process_specs()
+
+    def _process_specs(self) -> dict[str, ProcessSpec]:
+        specs: dict[str, ProcessSpec] = {}
+        errors: list[SpecError] = []
+        for name, pod in self.desired.pods.items():
+            replica = self.desired.replicas[name]
+            path = f"spec.replicaSpecs.{replica.type}.template"
+            result = process_spec(pod, self.framework.container_name, self.base_dir, path)
+            if isinstance(result, SpecError):
+                errors.append(result)
+            else:
+                specs[name] = result
+        if errors:
+            raise SpecInvalid(sorted(set(errors)), "cannot run locally")
+        return specs
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> Job:
+        """Reconcile until the job has finished and every process is stopped."""
+        self.console.register(self.desired.pods)
+        last_state, last_summary = "", ""
+        while True:
+            pods = [p.observed() for p in self.processes.values()]
+            decision = plan(self.job, self.desired, pods, self.services, self.extras,
+                            lambda outcomes: self.plugins.job_succeeded(
+                                self.job, self.framework, outcomes))
+            for event in decision.events:
+                self.console.note(f"{event.reason}: {event.message}")
+            self.job = self.job.model_copy(update={"status": decision.status})
+            state = decision.status.state
+            summary = decision.status.replica_summary
+            if (state, summary) != (last_state, last_summary):
+                self.console.note(f"{state or 'Pending'}: {summary}")
+                last_state, last_summary = state, summary
+            await self._act(decision)
+            if state in ("Succeeded", "Failed", "Suspended") and not decision.delete_pods:
+                await self.stop_all()
+                return self.job
+            self._wake.clear()
+            timeout = 1.0 if decision.requeue_after is None else min(
+                max(decision.requeue_after, 0.05), 1.0)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    async def _act(self, decision: Plan) -> None:
+        for name in decision.delete_pods:
+            proc = self.processes.get(name)
+            if proc is not None:
+                self._remember(proc)
+                await proc.stop()
+                del self.processes[name]
+        for svc in decision.create_services:
+            self.services.add(svc["metadata"]["name"])
+        for name in decision.delete_services:
+            self.services.discard(name)
+        for obj in decision.create_extras:
+            self._start_extra(obj)
+        for pod in decision.create_pods:
+            name = pod["metadata"]["name"]
+            proc = ReplicaProcess(name, pod, self._specs[name], self.log_dir / f"{name}.log",
+                                  self.console.line, self.wake)
+            self.processes[name] = proc
+            proc.start()
+
+    def _start_extra(self, obj: dict[str, Any]) -> None:
+        key = f"{obj['kind']}/{obj['metadata']['name']}"
+        self.extras.add(key)
+        if obj["kind"] != "Pod":
+            self.console.note(f"skipping {key}: the local runtime runs only pods")
+            return
+        name = obj["metadata"]["name"]
+        result = process_spec(obj, obj["spec"]["containers"][0]["name"], self.base_dir, key)
+        if isinstance(result, SpecError):
+            raise TrainjobsError(f"cannot run {key} locally: {result.message}")
+        self.console.register([name])
+        proc = ReplicaProcess(name, obj, replace(result, restart_policy="Never"),
+                              self.log_dir / f"{name}.log", self.console.line, self.wake)
+        self.components[name] = proc
+        proc.start()
+
+    def _remember(self, proc: ReplicaProcess) -> None:
+        """Record a replica as it is just before we stop it (a running one shows Stopped)."""
+        state = "Stopped" if proc.phase in (PodPhase.RUNNING, PodPhase.PENDING) else \
+            str(proc.phase)
+        self.history[proc.name] = ReplicaSummary(proc.name, state, proc.exit_code,
+                                                 proc.restarts)
+
+    async def stop_all(self) -> None:
+        everything = list(self.processes.values()) + list(self.components.values())
+        for proc in everything:
+            self._remember(proc)
+        await asyncio.gather(*(p.stop() for p in everything))
+        # A process stopped by us is reported as it was when we stopped it.
+
+    def summaries(self) -> list[ReplicaSummary]:
+        order = list(self.desired.pods)
+        return [self.history[n] for n in order if n in self.history]
+
+
+def run_file(path: Path, args: argparse.Namespace) -> int:
+    """Run the job in `path`; returns the process exit code."""
+    plugins = load_plugins()
+    jobs = load_job_file(path, plugins)
+    if len(jobs) != 1:
+        raise SpecInvalid([SpecError("", f"expected one job, found {len(jobs)}")], str(path))
+    job = jobs[0]
+    framework = plugins.framework_for(job.kind)
+    assert framework is not None
+    if job.spec.run_policy.suspend:
+        raise SpecInvalid([SpecError("spec.runPolicy.suspend", "the job is suspended: nothing "
+                                     "to run (set it to false)")], str(path))
+    job = job.model_copy(update={"metadata": job.metadata.model_copy(
+        update={"uid": str(uuid.uuid4()), "namespace": LOCAL_NAMESPACE})})
+    log_dir = Path(args.run_dir) / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    console = Console(colour=False if args.no_color else None)
+    run = LocalRun(job, framework, plugins, path.resolve().parent, log_dir, console)
+    console.note(f"running {job.kind} {job.name} locally ({len(run.desired.pods)} replicas; "
+                 f"images are ignored); logs in {log_dir}")
+    return asyncio.run(_main(run))
+
+
+async def _main(run: LocalRun) -> int:
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    task = asyncio.current_task()
+    assert task is not None
+    interrupted: list[str] = []
+
+    def on_signal(name: str) -> None:
+        if not interrupted:
+            interrupted.append(name)
+            run.console.note(f"{name}: stopping every replica")
+            task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig.name)
+    try:
+        job = await run.run()
+    except asyncio.CancelledError:
+        await run.stop_all()
+        run.console.summary(run.job.name, "Interrupted", time.monotonic() - started,
+                            f"stopped by {interrupted[0] if interrupted else 'cancel'}",
+                            run.summaries(), str(run.log_dir))
+        return EXIT_INTERRUPTED
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    state = job.status.state
+    message = next((c.message for c in job.status.conditions if c.type == state), "")
+    run.console.summary(job.name, state, time.monotonic() - started, message, run.summaries(),
+                        str(run.log_dir))
+    return EXIT_SUCCEEDED if state == "Succeeded" else EXIT_FAILED
