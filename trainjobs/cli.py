@@ -60,6 +60,12 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_operator(args: argparse.Namespace) -> int:
+    from trainjobs.operator.main import run_operator
+
+    return run_operator(args)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from trainjobs.local.runner import run_file
 
@@ -85,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.set_defaults(func=_cmd_plugins)
 
     from trainjobs.local.runner import add_run_arguments
+    from trainjobs.operator.main import add_operator_arguments
+
+    op = sub.add_parser("operator", help="run the Kubernetes controller")
+    add_operator_arguments(op)
+    op.set_defaults(func=_cmd_operator)
 
     run = sub.add_parser("run", help="run a job on this machine, each replica a process")
     add_run_arguments(run)

@@ -40,7 +40,7 @@ UNRUNNABLE_REASONS = frozenset({
 })
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObservedPod:
     """One pod of a job as last seen."""
 

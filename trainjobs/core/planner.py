@@ -315,11 +315,7 @@ def _finish(
                                       f" finished more than {ttl}s ago"))
         else:
             plan_.requeue_after = (expires - state.now).total_seconds()
-    state.status["replicaStatuses"] = {
-        t: {**s.to_api(), "active": sum(1 for p in pods if p.active and
-                                        p.replica_type_lower == t.lower())}
-        for t, s in job.status.replica_statuses.items()
-    }
+    _refresh_active(state, pods)
     plan_.status = _build_status(state, job.status)
     return plan_
 
@@ -335,13 +331,25 @@ def _suspend(state: _State, pods: Sequence[ObservedPod]) -> Plan:
                    f"{job.kind} {job.name} is suspended")
     # Like batch/v1 Jobs: the deadline clock restarts when the job resumes.
     state.status["startTime"] = None
-    state.status["replicaStatuses"] = {
-        t: {**s.to_api(), "active": sum(1 for p in pods if p.active and
-                                        p.replica_type_lower == t.lower())}
-        for t, s in job.status.replica_statuses.items()
-    }
+    _refresh_active(state, pods)
     state.plan.status = _build_status(state, job.status)
     return state.plan
+
+
+def _refresh_active(state: _State, pods: Sequence[ObservedPod]) -> None:
+    """Only the active counts move once a job is finished or suspended."""
+    statuses = {
+        t: {**s.to_api(), "active": sum(1 for p in pods if p.active and
+                                        p.replica_type_lower == t.lower())}
+        for t, s in state.job.status.replica_statuses.items()
+    }
+    state.status["replicaStatuses"] = statuses
+    state.status["replicaSummary"] = _summary(state.job, statuses)
+
+
+def _summary(job: Job, statuses: Mapping[str, Mapping[str, int]]) -> str:
+    return ", ".join(f"{k} {statuses.get(k, {}).get('active', 0)}/{r.replicas}"
+                     for k, r in job.spec.replica_specs.items())
 
 
 def _replica_statuses(
@@ -362,9 +370,7 @@ def _replica_statuses(
             "recreations": restarts.get(key, 0),
         }
     state.status["replicaStatuses"] = statuses
-    state.status["replicaSummary"] = ", ".join(
-        f"{k} {statuses[k]['active']}/{r.replicas}" for k, r in
-        state.job.spec.replica_specs.items())
+    state.status["replicaSummary"] = _summary(state.job, statuses)
 
 
 def _restart_totals(status: JobStatus) -> dict[str, int]:

@@ -1,0 +1,411 @@
+"""The Kubernetes backend of the reconcile core: informers in, planner decisions out as API calls.
+
+One reconcile of one job: read the job and its pods/Services from the caches (plus the
+expectations of what we just created or deleted), ask the pure planner what to do, write the
+status if it changed (before acting, so a counted restart is durable before its pod goes),
+then delete and create. Work is proportional to what changed: an event queues only its job,
+and nothing is listed per event or polled per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from trainjobs.api.models import Job, JobSpec, JobStatus, ObjectMeta
+from trainjobs.core.observed import ObservedPod, PodPhase
+from trainjobs.core.planner import Plan, PlannerSettings, plan
+from trainjobs.core.render import RenderedJob, render_job
+from trainjobs.core.validation import parse_job
+from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
+from trainjobs.operator import metrics
+from trainjobs.operator.cache import (
+    JobEntry,
+    OwnedEntry,
+    OwnerIndex,
+    job_key,
+    reduce_job,
+    reduce_owned,
+)
+from trainjobs.operator.events import EventRecorder
+from trainjobs.operator.informer import Informer, Key
+from trainjobs.operator.kube import (
+    BY_KIND,
+    PODS,
+    SERVICES,
+    ApiError,
+    Kube,
+    Resource,
+    gather_limited,
+    job_resource,
+)
+from trainjobs.operator.workqueue import WorkQueue
+from trainjobs.plugin.manager import PluginManager
+
+__all__ = ["Controller", "ControllerSettings"]
+
+log = logging.getLogger(__name__)
+OWNED_SELECTOR = "trainjobs.io/job-name"
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    concurrency: int = 16
+    # Status changes that only update counts are written at most this often per job.
+    status_coalesce_seconds: float = 1.0
+    expectation_timeout: float = 120.0
+    create_parallelism: int = 16
+    controller_config: dict[str, Any] = field(default_factory=dict)
+    planner: PlannerSettings = PlannerSettings()
+
+
+@dataclass
+class _Parsed:
+    generation: int
+    uid: str
+    job: Job | None
+    desired: RenderedJob | None
+    error: SpecInvalid | None = None
+
+
+class Expectations:
+    """Pods and Services we created or deleted that the caches have not shown yet."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.creates: dict[str, dict[str, float]] = {}
+        self.deletes: dict[str, dict[str, float]] = {}
+
+    def expect_create(self, job: str, key: str) -> None:
+        self.creates.setdefault(job, {})[key] = time.monotonic() + self.timeout
+
+    def expect_delete(self, job: str, key: str) -> None:
+        self.deletes.setdefault(job, {})[key] = time.monotonic() + self.timeout
+
+    def seen(self, job: str, key: str, exists: bool) -> None:
+        book = self.creates if exists else self.deletes
+        pending = book.get(job)
+        if pending is not None:
+            pending.pop(key, None)
+            if not pending:
+                del book[job]
+
+    def pending(self, job: str) -> tuple[set[str], set[str]]:
+        now = time.monotonic()
+        out = []
+        for book in (self.creates, self.deletes):
+            entries = book.get(job, {})
+            for key in [k for k, until in entries.items() if until < now]:
+                del entries[key]
+            out.append(set(entries))
+        return out[0], out[1]
+
+    def forget(self, job: str) -> None:
+        self.creates.pop(job, None)
+        self.deletes.pop(job, None)
+
+
+class Controller:
+    """Reconciles every job of every installed kind."""
+
+    def __init__(self, kube: Kube, plugins: PluginManager, settings: ControllerSettings) -> None:
+        self.kube = kube
+        self.plugins = plugins
+        self.settings = settings
+        self.queue = WorkQueue()
+        self.jobs: dict[str, JobEntry] = {}
+        self.owned = OwnerIndex()
+        self.expectations = Expectations(settings.expectation_timeout)
+        self.events = EventRecorder(kube)
+        self._parsed: dict[str, _Parsed] = {}
+        self._last_status_write: dict[str, float] = {}
+        self._state_counts: Counter[tuple[str, str]] = Counter()
+        self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
+        self.informers: list[Informer[Any]] = []
+        namespaces: list[str | None] = list(settings.namespaces) or [None]
+        for ns in namespaces:
+            for fw in plugins.frameworks.values():
+                self.informers.append(Informer(
+                    kube, job_resource(fw.kind, fw.plural), ns, reduce_job, self._on_job))
+            for res in (PODS, SERVICES):
+                self.informers.append(Informer(
+                    kube, res, ns, self._owned_transform(res), self._on_owned,
+                    label_selector=OWNED_SELECTOR))
+
+    def _owned_transform(self, res: Resource) -> Any:
+        return lambda obj: reduce_owned(obj, res.kind, self._containers)
+
+    # Cache events -----------------------------------------------------------------------
+
+    def _on_job(self, etype: str, key: Key, new: JobEntry | None, old: JobEntry | None) -> None:
+        entry = new or old
+        assert entry is not None
+        jkey = job_key(entry.kind, *key)
+        if old is not None:
+            self._count_state(old, -1)
+        if new is None:
+            self.jobs.pop(jkey, None)
+            self._parsed.pop(jkey, None)
+            self._last_status_write.pop(jkey, None)
+            self.expectations.forget(jkey)
+            return
+        self._count_state(new, +1)
+        self.jobs[jkey] = new
+        self.queue.add(jkey)
+
+    def _count_state(self, entry: JobEntry, delta: int) -> None:
+        state = str((entry.raw.get("status") or {}).get("state") or "Pending")
+        self._state_counts[(entry.kind, state)] += delta
+        metrics.JOBS.labels(kind=entry.kind, state=state).set(
+            self._state_counts[(entry.kind, state)])
+
+    def _on_owned(self, etype: str, key: Key, new: OwnedEntry | None,
+                  old: OwnedEntry | None) -> None:
+        if old is not None:
+            self.owned.remove(old)
+        if new is not None:
+            self.owned.put(new)
+        entry = new or old
+        assert entry is not None
+        self.expectations.seen(entry.job, f"{entry.kind}/{entry.name}", new is not None)
+        if entry.job in self.jobs:
+            self.queue.add(entry.job)
+
+    # Running ----------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    async def run(self) -> None:
+        """Start informers, wait for their first lists, then reconcile until cancelled."""
+        tasks = [asyncio.create_task(i.run(), name=repr(i)) for i in self.informers]
+        try:
+            await asyncio.gather(*(i.synced.wait() for i in self.informers))
+            log.info("caches synced: %d jobs, %d informers", len(self.jobs), len(self.informers))
+            await self.queue.run(self._handle, self.settings.concurrency)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.queue.close()
+
+    async def _handle(self, key: str) -> None:
+        """Reconcile one job; whatever goes wrong, the operator keeps running."""
+        kind = key.split("/", 1)[0]
+        started = time.perf_counter()
+        try:
+            await self.reconcile(key)
+            self.queue.forget(key)
+            metrics.RECONCILES.labels(result="ok").inc()
+        except TemporaryError as exc:
+            delay = self.queue.retry(key, exc.delay)
+            metrics.RECONCILES.labels(result="retry").inc()
+            log.info("reconcile %s: %s; retrying in %.2fs", key, exc, delay)
+        except PermanentError as exc:
+            metrics.RECONCILES.labels(result="error").inc()
+            log.error("reconcile %s: %s", key, exc)
+        except Exception:  # a bug must not stop the other jobs
+            delay = self.queue.retry(key)
+            metrics.RECONCILES.labels(result="error").inc()
+            log.exception("reconcile %s failed unexpectedly; retrying in %.2fs", key, delay)
+        finally:
+            metrics.RECONCILE_DURATION.labels(kind=kind).observe(time.perf_counter() - started)
+
+    # Reconcile --------------------------------------------------------------------------
+
+    def _parse(self, key: str, entry: JobEntry) -> _Parsed:
+        cached = self._parsed.get(key)
+        if cached is not None and cached.generation == entry.generation and \
+                cached.uid == entry.uid:
+            return cached
+        try:
+            job = parse_job(entry.raw, self.plugins, key)
+            framework = self.plugins.framework_for(job.kind)
+            assert framework is not None
+            desired = render_job(job, framework, self.plugins, backend="kubernetes",
+                                 controller_config=self.settings.controller_config)
+            parsed = _Parsed(entry.generation, entry.uid, job, desired)
+        except SpecInvalid as exc:
+            parsed = _Parsed(entry.generation, entry.uid, None, None, exc)
+        self._parsed[key] = parsed
+        return parsed
+
+    async def reconcile(self, key: str) -> None:
+        entry = self.jobs.get(key)
+        if entry is None:
+            return
+        parsed = self._parse(key, entry)
+        status = JobStatus.model_validate(entry.raw.get("status") or {})
+        if parsed.error is not None or parsed.job is None or parsed.desired is None:
+            await self._fail_invalid(key, entry, status, parsed.error)
+            return
+        job = parsed.job.model_copy(update={"status": status, "metadata": parsed.job.metadata
+                                            .model_copy(update={"deletion_timestamp": entry.raw[
+                                                "metadata"].get("deletionTimestamp")})})
+        framework = self.plugins.framework_for(job.kind)
+        assert framework is not None
+        pods, services, extras = self._observed(key, entry.uid, parsed.desired)
+        decision = plan(job, parsed.desired, pods, services, extras,
+                        lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes),
+                        settings=self.settings.planner)
+        await self._write_status(key, job, decision.status)
+        await self._act(key, job, decision)
+        if decision.requeue_after is not None:
+            self.queue.add_after(key, decision.requeue_after)
+
+    def _observed(self, key: str, uid: str, desired: RenderedJob
+                  ) -> tuple[list[ObservedPod], set[str], set[str]]:
+        creating, deleting = self.expectations.pending(key)
+        pods: dict[str, ObservedPod] = {}
+        services: set[str] = set()
+        extras: set[str] = set()
+        for entry in self.owned.of(key):
+            if entry.owner_uid != uid:
+                continue  # left over from an earlier job of the same name; GC removes it
+            ref = f"{entry.kind}/{entry.name}"
+            if entry.pod is not None:
+                pod = entry.pod
+                if ref in deleting and not pod.deleting:
+                    pod = _replace_deleting(pod)
+                pods[entry.name] = pod
+            elif entry.kind == "Service" and entry.replica:
+                services.add(entry.name)
+            else:
+                extras.add(ref)
+        for ref in creating:
+            kind, name = ref.split("/", 1)
+            if kind == "Pod" and name in desired.pods and name not in pods:
+                replica = desired.replicas[name]
+                pods[name] = ObservedPod(name, "", replica.type_lower, replica.index,
+                                         PodPhase.PENDING, created=datetime.now(UTC))
+            elif kind == "Service" and name in desired.services:
+                services.add(name)
+            else:
+                extras.add(ref)
+        return list(pods.values()), services, extras
+
+    async def _write_status(self, key: str, job: Job, new: JobStatus) -> None:
+        old = job.status
+        if new == old:
+            return
+        urgent = (new.state != old.state and new.state != "Created") or \
+            new.counted_failures != old.counted_failures or \
+            new.completion_time != old.completion_time
+        now = time.monotonic()
+        last = self._last_status_write.get(key, 0.0)
+        wait = self.settings.status_coalesce_seconds - (now - last)
+        if not urgent and wait > 0:
+            self.queue.add_after(key, wait)
+            return
+        body = new.to_api()
+        # A merge patch replaces what we send; fields we dropped must be sent as null.
+        for field_name in old.to_api():
+            body.setdefault(field_name, None)
+        resource = self._resource(job.kind)
+        try:
+            updated = await self.kube.merge_patch_status(resource, job.namespace, job.name, body)
+        except ApiError as exc:
+            if exc.status == 404:
+                return
+            raise exc.temporary() from None
+        self._last_status_write[key] = now
+        current = self.jobs.get(key)
+        if current is not None and updated.get("metadata"):
+            fresh = reduce_job(updated)
+            self._on_job("MODIFIED", (job.namespace, job.name), fresh, current)
+
+    async def _act(self, key: str, job: Job, decision: Plan) -> None:
+        ns = job.namespace
+        calls: list[Any] = []
+        for name in decision.delete_pods:
+            self.expectations.expect_delete(key, f"Pod/{name}")
+            calls.append(self._delete(PODS, ns, name))
+        for name in decision.delete_services:
+            calls.append(self._delete(SERVICES, ns, name))
+        for svc in decision.create_services:
+            calls.append(self._create(key, SERVICES, ns, svc))
+        for obj in decision.create_extras:
+            calls.append(self._create(key, BY_KIND[obj["kind"]], ns, obj))
+        for pod in decision.create_pods:
+            calls.append(self._create(key, PODS, ns, pod))
+        if decision.delete_job:
+            calls.append(self._delete(self._resource(job.kind), ns, job.name))
+        results = await gather_limited(self.settings.create_parallelism, *calls)
+        created = sum(1 for r in results if r == "created")
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for event in decision.events:
+            await self.events.emit(job, event.type, event.reason, event.message)
+        if created:
+            pods = sum(1 for p in decision.create_pods)
+            await self.events.emit(job, "Normal", "Created", f"created {created} objects "
+                                   f"({pods} pods) for {job.kind} {job.name}")
+        for err in errors:
+            if isinstance(err, ApiError) and not err.retryable and err.status in (400, 403, 422):
+                # The API server refuses what we built from this job: it cannot run as is.
+                await self._fail(key, job, "CreateFailed", str(err))
+                return
+        if errors:
+            first = errors[0]
+            raise TemporaryError(f"{len(errors)} API calls failed, first: {first}") from None
+
+    async def _create(self, key: str, res: Resource, ns: str, body: dict[str, Any]) -> str:
+        ref = f"{res.kind}/{body['metadata']['name']}"
+        try:
+            await self.kube.create(res, ns, body)
+        except ApiError as exc:
+            if exc.status == 409:  # exists already (e.g. created before an operator restart)
+                self.expectations.seen(key, ref, True)
+                return "exists"
+            raise
+        if res.kind in ("Pod", "Service"):
+            self.expectations.expect_create(key, ref)
+        return "created"
+
+    async def _delete(self, res: Resource, ns: str, name: str) -> str:
+        try:
+            await self.kube.delete(res, ns, name)
+        except ApiError as exc:
+            if exc.status == 404:
+                return "gone"
+            raise
+        return "deleted"
+
+    async def _fail(self, key: str, job: Job, reason: str, message: str) -> None:
+        now = datetime.now(UTC).replace(microsecond=0)
+        conditions = [c.to_api() for c in job.status.conditions if c.type != "Failed"]
+        for cond in conditions:
+            if cond["status"] == "True" and cond["type"] != "Created":
+                cond.update(status="False", lastTransitionTime=now.isoformat())
+        conditions.append({"type": "Failed", "status": "True", "reason": reason,
+                           "message": message[:2000], "lastTransitionTime": now.isoformat()})
+        status = job.status.model_copy(update={
+            "state": "Failed", "completion_time": now, "start_time": job.status.start_time or now,
+            "conditions": JobStatus.model_validate({"conditions": conditions}).conditions})
+        await self._write_status(key, job, status)
+        await self.events.emit(job, "Warning", reason, message[:1000])
+
+    async def _fail_invalid(self, key: str, entry: JobEntry, status: JobStatus,
+                            error: SpecInvalid | None) -> None:
+        if status.state == "Failed":
+            return
+        message = "; ".join(str(e) for e in error.errors) if error else "invalid job"
+        meta = entry.raw["metadata"]
+        job = Job(kind=entry.kind, metadata=ObjectMeta.model_validate(meta),
+                  spec=JobSpec.model_construct(replica_specs={}), status=status)
+        await self._fail(key, job, "InvalidSpec", message)
+
+    def _resource(self, kind: str) -> Resource:
+        framework = self.plugins.framework_for(kind)
+        assert framework is not None
+        return job_resource(framework.kind, framework.plural)
+
+
+def _replace_deleting(pod: ObservedPod) -> ObservedPod:
+    return replace(pod, deleting=True)

@@ -1,0 +1,220 @@
+"""The only module that talks to the API server: typed, minimal wrappers over kubernetes-asyncio.
+
+Why one layer: everything above it (caches, controller, leader election) speaks plain dicts
+and our exceptions, so API errors are classified once (409 AlreadyExists, 404 gone, 410 expired,
+422 invalid, 5xx/timeouts retryable) and counted once (the api-errors metric). Responses are
+read as raw JSON (`_preload_content=False`) and never turned into generated model objects:
+that deserialization is the largest CPU cost of a Python controller at scale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from trainjobs.api.models import GROUP, VERSION
+from trainjobs.errors import TemporaryError
+from trainjobs.operator import metrics
+
+__all__ = ["ApiError", "Kube", "Resource", "connect"]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """An API resource the operator lists and watches."""
+
+    kind: str
+    plural: str
+    group: str = ""
+    version: str = "v1"
+
+    @property
+    def path(self) -> str:
+        return f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+
+    def url(self, namespace: str | None, name: str | None = None, sub: str = "") -> str:
+        ns = f"/namespaces/{namespace}" if namespace else ""
+        tail = f"/{name}" if name else ""
+        return f"{self.path}{ns}/{self.plural}{tail}{'/' + sub if sub else ''}"
+
+
+PODS = Resource("Pod", "pods")
+SERVICES = Resource("Service", "services")
+EVENTS = Resource("Event", "events")
+DEPLOYMENTS = Resource("Deployment", "deployments", "apps", "v1")
+LEASES = Resource("Lease", "leases", "coordination.k8s.io", "v1")
+BY_KIND = {r.kind: r for r in (PODS, SERVICES, EVENTS, DEPLOYMENTS, LEASES)}
+
+
+def job_resource(kind: str, plural: str) -> Resource:
+    return Resource(kind, plural, GROUP, VERSION)
+
+
+class ApiError(Exception):
+    """An API call failed. `status` is the HTTP status (0 for a connection problem)."""
+
+    def __init__(self, status: int, reason: str, body: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body
+        detail = reason
+        try:
+            detail = json.loads(body).get("message", reason)
+        except (ValueError, AttributeError):
+            pass
+        super().__init__(f"{status}: {detail}")
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
+    def temporary(self, delay: float = 1.0) -> TemporaryError:
+        return TemporaryError(str(self), delay)
+
+
+async def connect(kubeconfig: str | None) -> client.ApiClient:
+    """An ApiClient from a kubeconfig file, else the in-cluster service account."""
+    if kubeconfig:
+        cfg = client.Configuration()
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        try:
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException:
+            cfg = client.Configuration()
+            await config.load_kube_config(client_configuration=cfg)
+    # One connection pool for everything, sized for parallel reconciles and long watches.
+    cfg.connection_pool_maxsize = 64
+    return client.ApiClient(configuration=cfg)
+
+
+class Kube:
+    """Raw-JSON access to the resources the operator uses."""
+
+    def __init__(self, api: client.ApiClient, user_agent: str = "trainjobs-operator") -> None:
+        self.api = api
+        self.api.user_agent = user_agent
+
+    async def request(self, verb: str, url: str, body: Any = None, *,
+                      query: list[tuple[str, Any]] | None = None,
+                      content_type: str = "application/json",
+                      timeout: float = 30.0) -> dict[str, Any]:
+        """One API call; returns the decoded JSON body. Raises `ApiError`."""
+        try:
+            resp = await self.api.call_api(
+                url, verb, query_params=query or [],
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body, auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=timeout)
+            raw = await _read(resp)
+        except ApiException as exc:
+            metrics.API_ERRORS.labels(verb=verb, code=str(exc.status)).inc()
+            raise ApiError(int(exc.status or 0), str(exc.reason), str(exc.body or "")) from None
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            metrics.API_ERRORS.labels(verb=verb, code="0").inc()
+            raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
+        if not 200 <= resp.status <= 299:
+            metrics.API_ERRORS.labels(verb=verb, code=str(resp.status)).inc()
+            raise ApiError(resp.status, str(resp.reason), raw.decode(errors="replace"))
+        result: dict[str, Any] = json.loads(raw) if raw else {}
+        return result
+
+    async def create(self, resource: Resource, namespace: str, body: dict[str, Any]) -> None:
+        await self.request("POST", resource.url(namespace), body)
+
+    async def delete(self, resource: Resource, namespace: str, name: str,
+                     propagation: str = "Background") -> None:
+        await self.request("DELETE", resource.url(namespace, name),
+                           {"propagationPolicy": propagation})
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
+        return await self.request("GET", resource.url(namespace, name))
+
+    async def update(self, resource: Resource, namespace: str, name: str,
+                     body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("PUT", resource.url(namespace, name), body)
+
+    async def merge_patch_status(self, resource: Resource, namespace: str, name: str,
+                                 status: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("PATCH", resource.url(namespace, name, "status"),
+                                  {"status": status},
+                                  content_type="application/merge-patch+json")
+
+    async def list(self, resource: Resource, namespace: str | None, *,
+                   label_selector: str = "", limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every object (paged), and the list's resourceVersion to watch from."""
+        items: list[dict[str, Any]] = []
+        cont = ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", limit)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if cont:
+                query.append(("continue", cont))
+            page = await self.request("GET", resource.url(namespace), query=query, timeout=120)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                return items, str(meta.get("resourceVersion", ""))
+
+    async def watch(self, resource: Resource, namespace: str | None, resource_version: str, *,
+                    label_selector: str = "",
+                    timeout_seconds: int = 300) -> AsyncIterator[dict[str, Any]]:
+        """Watch events from `resource_version`, with bookmarks, until the server ends it."""
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"), ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version), ("timeoutSeconds", timeout_seconds)]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        try:
+            resp = await self.api.call_api(
+                resource.url(namespace), "GET", query_params=query,
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                _preload_content=False, _request_timeout=timeout_seconds + 30)
+        except ApiException as exc:
+            metrics.API_ERRORS.labels(verb="WATCH", code=str(exc.status)).inc()
+            raise ApiError(int(exc.status or 0), str(exc.reason), str(exc.body or "")) from None
+        if not 200 <= resp.status <= 299:
+            body = (await _read(resp)).decode(errors="replace")
+            metrics.API_ERRORS.labels(verb="WATCH", code=str(resp.status)).inc()
+            raise ApiError(resp.status, str(resp.reason), body)
+        try:
+            # Split lines ourselves: aiohttp's line iterator refuses lines over 64 KiB, and a
+            # job with a large pod template can be larger.
+            buffer = b""
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            resp.release()
+
+
+async def _read(resp: Any) -> bytes:
+    try:
+        data: bytes = await resp.read()
+        return data
+    finally:
+        resp.release()
+
+
+async def gather_limited(limit: int, *aws: Any) -> list[Any]:
+    """asyncio.gather with at most `limit` awaitables in flight; exceptions are returned."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(aw: Any) -> Any:
+        async with sem:
+            return await aw
+
+    return await asyncio.gather(*(one(a) for a in aws), return_exceptions=True)

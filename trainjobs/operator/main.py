@@ -1,0 +1,135 @@
+"""`trainjobs operator`: wires the client, plugins, controller, leader election and HTTP.
+
+Shutdown is clean on SIGTERM/SIGINT: the controller stops taking work, the lease is released
+(so a standby takes over at once), the HTTP server and the API client close, exit code 0. A
+lost lease exits with code 1: a fresh process re-syncs from scratch, which is always safe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainjobs.errors import TrainjobsError
+from trainjobs.operator.controller import Controller, ControllerSettings
+from trainjobs.operator.http import start_http
+from trainjobs.operator.kube import Kube, connect
+from trainjobs.operator.leader import LeaderElector, LeaseSettings
+from trainjobs.operator.logs import setup_logging
+from trainjobs.plugin.manager import load_plugins
+
+__all__ = ["add_operator_arguments", "run_operator"]
+
+log = logging.getLogger("trainjobs.operator")
+
+
+def add_operator_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube)")
+    p.add_argument("--namespace", action="append", default=[], metavar="NS",
+                   help="watch only this namespace (repeatable; default: all namespaces)")
+    p.add_argument("--concurrency", type=int, default=16,
+                   help="jobs reconciled in parallel (default 16)")
+    p.add_argument("--controller-config-file", metavar="FILE",
+                   help="YAML with accelerator volumes/env per extended resource")
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--http-address", default="0.0.0.0:8080", metavar="HOST:PORT",
+                   help="serve /healthz, /readyz and /metrics here (default 0.0.0.0:8080)")
+    p.add_argument("--leader-elect", action="store_true",
+                   help="elect a leader on a Lease (needed with more than one replica)")
+    p.add_argument("--leader-election-namespace", default="default")
+    p.add_argument("--leader-election-id", default="trainjobs-operator")
+    p.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
+    p.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument("--status-coalesce", type=float, default=1.0, metavar="SECONDS",
+                   help="write count-only status changes at most this often per job")
+
+
+def _controller_config(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise TrainjobsError(f"--controller-config-file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise TrainjobsError(f"--controller-config-file {path}: expected a mapping")
+    return data
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    setup_logging(args.log_format, args.log_level)
+    settings = ControllerSettings(
+        namespaces=tuple(args.namespace), concurrency=args.concurrency,
+        status_coalesce_seconds=args.status_coalesce,
+        controller_config=_controller_config(args.controller_config_file))
+    host, _, port = args.http_address.rpartition(":")
+    lease = LeaseSettings(args.leader_election_namespace, args.leader_election_id,
+                          args.lease_duration, args.renew_deadline, args.retry_period)
+    return asyncio.run(_run(args.kubeconfig, settings, host or "0.0.0.0", int(port),
+                            lease if args.leader_elect else None))
+
+
+async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, port: int,
+               lease: LeaseSettings | None) -> int:
+    plugins = load_plugins()
+    api = await connect(kubeconfig)
+    kube = Kube(api)
+    controller = Controller(kube, plugins, settings)
+    elector = LeaderElector(kube, lease) if lease else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    def ready() -> str | None:
+        if elector is not None and not elector.leading.is_set():
+            return None  # a standby is ready: it is doing what it should
+        return None if controller.synced else "caches not synced"
+
+    runner = await start_http(host, port, ready)
+    log.info("trainjobs operator: kinds %s, namespaces %s, http %s:%d",
+             ", ".join(plugins.frameworks), ", ".join(settings.namespaces) or "all", host, port)
+    tasks: list[asyncio.Task[Any]] = []
+    code = 0
+    try:
+        if elector is not None:
+            tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
+            waiters = [asyncio.create_task(elector.leading.wait()),
+                       asyncio.create_task(stop.wait())]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for w in waiters:
+                w.cancel()
+        if not stop.is_set():
+            tasks.append(asyncio.create_task(controller.run(), name="controller"))
+            watched = [asyncio.create_task(stop.wait())] + tasks
+            if elector is not None:
+                watched.append(asyncio.create_task(elector.lost.wait()))
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if elector is not None and elector.lost.is_set():
+                log.error("leadership lost; exiting")
+                code = 1
+            for task in done:
+                if task in tasks and task.exception() is not None:
+                    log.error("%s stopped: %s", task.get_name(), task.exception())
+                    code = 1
+            for w in watched:
+                if w not in tasks:
+                    w.cancel()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if elector is not None and code == 0:
+            await elector.release()
+        await runner.cleanup()
+        await api.close()
+        log.info("trainjobs operator stopped")
+    return code

@@ -1,0 +1,25 @@
+"""Prometheus metrics of the operator, served on /metrics.
+
+Why prometheus-client: it is the reference implementation, well kept, and its exposition format
+is what every Prometheus and ServiceMonitor expects; writing the format by hand buys nothing.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["API_ERRORS", "JOBS", "QUEUE_DEPTH", "RECONCILE_DURATION", "RECONCILES", "REGISTRY"]
+
+REGISTRY = CollectorRegistry()
+
+JOBS = Gauge("trainjobs_jobs", "Jobs by kind and state.", ["kind", "state"], registry=REGISTRY)
+RECONCILE_DURATION = Histogram(
+    "trainjobs_reconcile_duration_seconds", "Time to reconcile one job.", ["kind"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY)
+RECONCILES = Counter("trainjobs_reconciles_total", "Reconciles by result.", ["result"],
+                     registry=REGISTRY)
+QUEUE_DEPTH = Gauge("trainjobs_work_queue_depth", "Jobs waiting to be reconciled.",
+                    registry=REGISTRY)
+API_ERRORS = Counter("trainjobs_api_errors_total", "Failed API calls by verb and HTTP status "
+                     "(0: no response).", ["verb", "code"], registry=REGISTRY)
