@@ -284,6 +284,28 @@ def redis_server(workdir: Path) -> Iterator[int]:
             p.wait()
 
 
+def redis_command_stats(port: int) -> dict[str, int]:
+    """Calls per command from INFO commandstats: proof that the rendezvous used Redis."""
+    with socket.create_connection((HOST, port), timeout=5) as s:
+        s.sendall(b"INFO commandstats\r\n")
+        data = b""
+        while b"\r\n" not in data:
+            data += s.recv(65536)
+        header, _, body = data.partition(b"\r\n")  # RESP bulk string: $<len>\r\n<body>\r\n
+        size = int(header[1:])
+        while len(body) < size:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    stats = {}
+    for line in body.decode(errors="replace").splitlines():
+        if line.startswith("cmdstat_"):
+            name, _, rest = line[len("cmdstat_"):].partition(":")
+            stats[name] = int(rest.split(",")[0].split("=")[1])
+    return stats
+
+
 def run_gloo(sc: Scenario, args: argparse.Namespace, backend: str) -> bool:
     py = venv_python("gloo")
     n = 2
@@ -304,7 +326,13 @@ def run_gloo(sc: Scenario, args: argparse.Namespace, backend: str) -> bool:
         with redis_server(sc.workdir) as port:
             for i in range(n):
                 sc.start(f"shard-{i}", prog, env(i, {"REDIS_HOST": HOST, "REDIS_PORT": str(port)}))
-            return check(sc, sc.wait(args.timeout))
+            ok = check(sc, sc.wait(args.timeout))
+            stats = redis_command_stats(port)
+            print(f"  redis commands served: {stats}", flush=True)
+            if not stats.get("set") or not stats.get("exists"):
+                print("  FAIL gloo-redis: the rendezvous did not go through redis", flush=True)
+                ok = False
+            return ok
     nfs = sc.workdir / "nfs"
     nfs.mkdir()
     for i in range(n):

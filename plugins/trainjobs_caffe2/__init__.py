@@ -42,7 +42,7 @@ class BackendSpec(SpecModel):
     type: Literal["none", "redis", "nfs"] | None = Field(
         default=None, description="none, redis or nfs; default none for one worker, else redis.")
     redis_host: str | None = Field(default=None, description="An existing Redis; empty: managed.")
-    redis_port: int = Field(default=6379, ge=1, le=65535)
+    redis_port: int = Field(default=6379, ge=1, le=65535, strict=True)
     nfs_path: str | None = Field(default=None, description="A directory every shard mounts.")
 
 

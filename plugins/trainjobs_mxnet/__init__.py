@@ -69,6 +69,10 @@ class MxNetPlugin(FrameworkPlugin):
         }
         if ctx.backend == "kubernetes":
             values["DMLC_USE_KUBERNETES"] = "1"
+        else:
+            # ps-lite advertises the address of its first interface unless told; on one
+            # machine every replica must advertise loopback (not part of the cluster contract).
+            values["DMLC_NODE_HOST"] = "127.0.0.1"
         if role == "worker":
             values["DMLC_WORKER_ID"] = str(replica.index)
         cluster = {

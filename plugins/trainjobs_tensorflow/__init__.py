@@ -30,8 +30,14 @@ from trainjobs.plugin import (
     hookimpl,
 )
 
-__all__ = ["TENSORFLOW", "TensorBoardSpec", "TfJobSpec", "TensorFlowPlugin", "master_replica",
-           "plugin"]
+__all__ = [
+    "TENSORFLOW",
+    "TensorBoardSpec",
+    "TensorFlowPlugin",
+    "TfJobSpec",
+    "master_replica",
+    "plugin",
+]
 
 JOB_ROLE_LABEL = "trainjobs.io/job-role"
 

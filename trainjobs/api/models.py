@@ -69,15 +69,17 @@ class CleanPodPolicy(StrEnum):
 class ElasticPolicy(SpecModel):
     """Bounds for elastic workers: the job keeps Running while at least minReplicas run."""
 
-    min_replicas: int = Field(ge=0, description="Fewest workers with which the job keeps running.")
-    max_replicas: int = Field(ge=1, description="Most workers the job may scale to.")
+    min_replicas: int = Field(
+        ge=0, strict=True, description="Fewest workers with which the job keeps running."
+    )
+    max_replicas: int = Field(ge=1, strict=True, description="Most workers the job may scale to.")
 
 
 class ReplicaSpec(SpecModel):
     """How many replicas of one type to run, and the pod template each one runs."""
 
     replicas: int = Field(
-        default=1, ge=0, description="Number of replicas of this type (default 1)."
+        default=1, ge=0, strict=True, description="Number of replicas of this type (default 1)."
     )
     restart_policy: RestartPolicy = Field(
         default=RestartPolicy.NEVER,
@@ -98,7 +100,7 @@ class ReplicaSpec(SpecModel):
 class SchedulingPolicy(SpecModel):
     """Gang scheduling settings (a PodGroup for batch schedulers)."""
 
-    min_available: int | None = Field(default=None, ge=1)
+    min_available: int | None = Field(default=None, ge=1, strict=True)
     queue: str | None = None
     priority_class: str | None = None
 
@@ -113,15 +115,19 @@ class RunPolicy(SpecModel):
     backoff_limit: int = Field(
         default=6,
         ge=0,
+        strict=True,
         description="Restarts allowed across the job before it Fails (default 6, as batch/v1).",
     )
     active_deadline_seconds: int | None = Field(
-        default=None, ge=1, description="Wall-clock limit from start; then Failed."
+        default=None, ge=1, strict=True, description="Wall-clock limit from start; then Failed."
     )
     ttl_seconds_after_finished: int | None = Field(
-        default=None, ge=0, description="Delete the job this long after it finished."
+        default=None, ge=0, strict=True,
+        description="Delete the job this long after it finished.",
     )
-    suspend: bool = Field(default=False, description="true: delete pods, keep the job.")
+    suspend: bool = Field(
+        default=False, strict=True, description="true: delete pods, keep the job."
+    )
     scheduling_policy: SchedulingPolicy | None = None
 
 

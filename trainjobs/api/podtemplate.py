@@ -28,6 +28,9 @@ __all__ = ["KUBERNETES_VERSION", "crd_template_schema", "validate_pod_template"]
 def _schema_document() -> dict[str, Any]:
     text = resources.files("trainjobs.api").joinpath("schemas/pod-template-spec.json").read_text()
     doc: dict[str, Any] = json.loads(text)
+    # Upstream's PodTemplateSpec requires nothing, but a template without a pod spec runs
+    # nothing (and the core reads template.spec.containers): refuse it, here and in the CRDs.
+    doc["schema"].setdefault("required", ["spec"])
     return doc
 
 

@@ -1,0 +1,49 @@
+# trainjobs — the two commands of the quickstart:
+#   make demo   runs the distributed MXNet example locally (no cluster needed)
+#   make test   builds/installs everything it needs, then runs lint, types and every test
+# Everything heavy (control plane binaries, framework venvs, uv's wheel cache) is cached under
+# $(TRAINJOBS_CACHE) (default ~/.cache/trainjobs), outside the repository.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export TRAINJOBS_CACHE ?= $(HOME)/.cache/trainjobs
+PYTEST_ARGS ?=
+
+.PHONY: test demo lint unit integration e2e prepare dev control-plane venvs redis crds
+
+## make test: the whole suite, exactly as CI runs it.
+test:
+	scripts/test.sh $(PYTEST_ARGS)
+
+## make demo: MXNet 1 scheduler + 2 servers + 3 workers (kvstore dist_sync) as local processes.
+demo:
+	@venv=$$(scripts/dev-venv.sh); mx=$$(scripts/framework-venv.sh mxnet); \
+	PATH="$$mx/bin:$$PATH" "$$venv/bin/trainjobs" run examples/mxnet/dist-sync.yaml
+
+dev:
+	@scripts/dev-venv.sh
+
+control-plane:
+	@scripts/build-control-plane.sh
+
+venvs:
+	@for f in mxnet tensorflow gloo; do scripts/framework-venv.sh $$f; done
+
+redis:
+	@scripts/ensure-redis.sh
+
+## Regenerate the checked-in CRDs (a unit test fails when they are stale).
+crds:
+	@venv=$$(scripts/dev-venv.sh); "$$venv/bin/trainjobs" crds -o crds; cp crds/*.yaml charts/trainjobs/crds/
+
+lint:
+	@venv=$$(scripts/dev-venv.sh); "$$venv/bin/ruff" check . && "$$venv/bin/mypy"
+
+unit:
+	@venv=$$(scripts/dev-venv.sh); "$$venv/bin/pytest" tests/unit $(PYTEST_ARGS)
+
+integration:
+	@venv=$$(scripts/dev-venv.sh); "$$venv/bin/pytest" tests/integration $(PYTEST_ARGS)
+
+e2e:
+	@venv=$$(scripts/dev-venv.sh); "$$venv/bin/pytest" tests/e2e $(PYTEST_ARGS)

@@ -1,0 +1,1 @@
+"""Unit tests: no cluster, no framework processes, each file well under a few seconds."""
