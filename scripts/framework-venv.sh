@@ -18,8 +18,6 @@
 # All installer output goes to stderr; stdout carries only the venv path.
 set -euo pipefail
 
-UV_VERSION=0.13.9
-
 usage() { echo "usage: $0 mxnet|tensorflow|gloo" >&2; exit 2; }
 [[ $# -eq 1 ]] || usage
 name=$1
@@ -34,8 +32,9 @@ hash=$(sha256sum "$req" | cut -c1-12)
 venv="$cache/venvs/$name-$hash"
 marker="$venv/.trainjobs-ready"
 
-# Fast path: no lock, no Python.
-if [[ -f $marker ]]; then
+# Fast path: no lock, no Python. (-x follows the bin/python symlink: a venv whose base
+# interpreter has gone is rebuilt.)
+if [[ -f $marker && -x $venv/bin/python ]]; then
   echo "$venv"
   exit 0
 fi
@@ -43,7 +42,7 @@ fi
 mkdir -p "$cache/venvs"
 exec 9>"$cache/venvs/.$name-$hash.lock"
 flock 9
-if [[ -f $marker ]]; then   # another process built it while we waited
+if [[ -f $marker && -x $venv/bin/python ]]; then   # built by another process meanwhile
   echo "$venv"
   exit 0
 fi
@@ -61,20 +60,13 @@ py=$("$py" -c "import sys; print(sys.executable)")
 installer=${TRAINJOBS_VENV_INSTALLER:-uv}
 uv=""
 if [[ $installer == uv ]]; then
-  # Bootstrap a pinned uv into its own tool venv under the cache (once).
-  uvdir="$cache/tools/uv-$UV_VERSION"
-  if [[ ! -x $uvdir/bin/uv ]]; then
-    log "bootstrapping uv $UV_VERSION into $uvdir"
-    rm -rf "$uvdir"
-    if "$py" -m venv "$uvdir" >&2 && "$uvdir/bin/python" -m pip install -q "uv==$UV_VERSION" >&2; then
-      :
-    else
-      log "could not install uv; falling back to pip"
-      rm -rf "$uvdir"
-      installer=pip
-    fi
+  # A pinned uv in its own tool venv under the cache (scripts/uv.sh, bootstrapped once).
+  if uv=$("$here/uv.sh") && [[ -x $uv ]]; then
+    :
+  else
+    log "could not get uv; falling back to pip"
+    installer=pip
   fi
-  [[ $installer == uv ]] && uv="$uvdir/bin/uv"
 fi
 
 start=$SECONDS

@@ -5,6 +5,7 @@ Proves, without the operator, that each program trains for real against its fram
 
   mxnet       1 scheduler + 2 servers + 3 workers (ps-lite, kvstore dist_sync)
   tf-mwms     chief + 1 worker (MultiWorkerMirroredStrategy from TF_CONFIG)
+  tf-mwms-master  the same with the job's Master (TF_CONFIG "master", renamed for TF2)
   tf-ps       chief (coordinator) + 1 worker + 1 ps (ParameterServerStrategy)
   gloo-redis  2 shards, rendezvous through a real redis-server on a loopback port
   gloo-file   2 shards, rendezvous through a shared directory (NFS_PATH)
@@ -56,10 +57,16 @@ def free_ports(n: int) -> list[int]:
 
 
 def venv_python(name: str) -> str:
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "framework-venv.sh"), name],
-        check=True, stdout=subprocess.PIPE, text=True,
-    ).stdout.strip().splitlines()
+    out = (
+        subprocess.run(
+            ["bash", str(ROOT / "scripts" / "framework-venv.sh"), name],
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()
+    )
     return str(Path(out[-1]) / "bin" / "python")
 
 
@@ -82,7 +89,7 @@ class Proc:
     def result(self) -> dict[str, object] | None:
         for line in reversed(self.text().splitlines()):
             if line.startswith("TRAINJOBS_RESULT "):
-                return json.loads(line[len("TRAINJOBS_RESULT "):])
+                return json.loads(line[len("TRAINJOBS_RESULT ") :])
         return None
 
 
@@ -96,8 +103,13 @@ class Scenario:
         log = self.workdir / f"{name}.log"
         fh = log.open("wb")
         p = subprocess.Popen(
-            argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=self.workdir, start_new_session=True,
+            argv,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+            start_new_session=True,
         )
         fh.close()
         proc = Proc(name, p, log, trains)
@@ -161,7 +173,8 @@ def check(sc: Scenario, finished: bool, expect_exit: dict[str, int] | None = Non
         ok = False
         print(f"  FAIL {sc.name}: parameter checksums differ: {checksums}", flush=True)
     elif checksums:
-        print(f"  {sc.name}: {len(checksums)} replicas, identical checksum {next(iter(checksums.values()))}")
+        same = next(iter(checksums.values()))
+        print(f"  {sc.name}: {len(checksums)} replicas, identical checksum {same}", flush=True)
     print(f"  {'PASS' if ok else 'FAIL'} {sc.name}", flush=True)
     return ok
 
@@ -173,8 +186,8 @@ def run_mxnet(sc: Scenario, args: argparse.Namespace) -> bool:
     ports = free_ports(1 + n_srv + n_wrk)
     cluster = {
         "scheduler": [{"url": HOST, "port": ports[0]}],
-        "server": [{"url": HOST, "port": p} for p in ports[1:1 + n_srv]],
-        "worker": [{"url": HOST, "port": p} for p in ports[1 + n_srv:]],
+        "server": [{"url": HOST, "port": p} for p in ports[1 : 1 + n_srv]],
+        "worker": [{"url": HOST, "port": p} for p in ports[1 + n_srv :]],
     }
     common = base_env() | {
         "DMLC_PS_ROOT_URI": HOST,
@@ -192,7 +205,9 @@ def run_mxnet(sc: Scenario, args: argparse.Namespace) -> bool:
     def env(role: str, i: int) -> dict[str, str]:
         e = common | {
             "DMLC_ROLE": role,
-            "MX_CONFIG": json.dumps({"cluster": cluster, "labels": {}, "task": {"type": role, "index": i}}),
+            "MX_CONFIG": json.dumps(
+                {"cluster": cluster, "labels": {}, "task": {"type": role, "index": i}}
+            ),
         }
         if role == "worker":
             e["DMLC_WORKER_ID"] = str(i)
@@ -211,12 +226,12 @@ def tf_env(cluster: dict[str, list[str]], typ: str, i: int) -> dict[str, str]:
     return base_env() | {"TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def run_tf_mwms(sc: Scenario, args: argparse.Namespace) -> bool:
+def run_tf_mwms(sc: Scenario, args: argparse.Namespace, chief: str = "chief") -> bool:
     py = venv_python("tensorflow")
     ports = free_ports(2)
-    cluster = {"chief": [f"{HOST}:{ports[0]}"], "worker": [f"{HOST}:{ports[1]}"]}
+    cluster = {chief: [f"{HOST}:{ports[0]}"], "worker": [f"{HOST}:{ports[1]}"]}
     prog = [py, str(EXAMPLES / "tensorflow" / "train_mwms.py"), "--steps", str(args.steps)]
-    sc.start("chief-0", prog, tf_env(cluster, "chief", 0))
+    sc.start(f"{chief}-0", prog, tf_env(cluster, chief, 0))
     sc.start("worker-0", prog, tf_env(cluster, "worker", 0))
     return check(sc, sc.wait(args.timeout))
 
@@ -229,9 +244,16 @@ def run_tf_ps(sc: Scenario, args: argparse.Namespace) -> bool:
         "worker": [f"{HOST}:{ports[1]}"],
         "ps": [f"{HOST}:{ports[2]}"],
     }
+    # The ps runs the standalone server program; the worker runs train_ps.py, which serves
+    # the same way on non-chief tasks (so one command fits every replica of a TfJob).
     server = [py, str(EXAMPLES / "tensorflow" / "ps_server.py")]
     ps = sc.start("ps-0", server, tf_env(cluster, "ps", 0), trains=False)
-    wk = sc.start("worker-0", server, tf_env(cluster, "worker", 0), trains=False)
+    wk = sc.start(
+        "worker-0",
+        [py, str(EXAMPLES / "tensorflow" / "train_ps.py")],
+        tf_env(cluster, "worker", 0),
+        trains=False,
+    )
     chief = sc.start(
         "chief-0",
         [py, str(EXAMPLES / "tensorflow" / "train_ps.py"), "--steps", str(args.steps)],
@@ -255,9 +277,25 @@ def redis_server(workdir: Path) -> Iterator[int]:
     (port,) = free_ports(1)
     log = (workdir / "redis.log").open("wb")
     p = subprocess.Popen(
-        [exe, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
-         "--dir", str(workdir), "--daemonize", "no"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        [
+            exe,
+            "--bind",
+            HOST,
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+            "--daemonize",
+            "no",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     log.close()
     try:
@@ -271,7 +309,9 @@ def redis_server(workdir: Path) -> Iterator[int]:
             except OSError:
                 pass
             if time.monotonic() > deadline or p.poll() is not None:
-                raise SystemExit(f"redis-server did not start: {(workdir / 'redis.log').read_text()}")
+                raise SystemExit(
+                    f"redis-server did not start: {(workdir / 'redis.log').read_text()}"
+                )
             time.sleep(0.1)
         print(f"  redis-server on {HOST}:{port} (pid {p.pid})", flush=True)
         yield port
@@ -301,7 +341,7 @@ def redis_command_stats(port: int) -> dict[str, int]:
     stats = {}
     for line in body.decode(errors="replace").splitlines():
         if line.startswith("cmdstat_"):
-            name, _, rest = line[len("cmdstat_"):].partition(":")
+            name, _, rest = line[len("cmdstat_") :].partition(":")
             stats[name] = int(rest.split(",")[0].split("=")[1])
     return stats
 
@@ -314,13 +354,22 @@ def run_gloo(sc: Scenario, args: argparse.Namespace, backend: str) -> bool:
     prog = [py, str(EXAMPLES / "caffe2" / "train_gloo.py"), "--steps", str(args.steps)]
 
     def env(i: int, extra: dict[str, str]) -> dict[str, str]:
-        cfg = {"cluster": {"worker": [f"{HOST}:{p}" for p in ports]}, "task": {"type": "worker", "index": i}}
-        return base_env() | extra | {
-            "SHARD_ID": str(i), "NUM_SHARDS": str(n), "RUN_ID": run_id,
-            "CAFFE2_CONFIG": json.dumps(cfg),
-            # Gloo picks the interface from the hostname; locally pin it to loopback.
-            "GLOO_SOCKET_IFNAME": "lo",
+        cfg = {
+            "cluster": {"worker": [f"{HOST}:{p}" for p in ports]},
+            "task": {"type": "worker", "index": i},
         }
+        return (
+            base_env()
+            | extra
+            | {
+                "SHARD_ID": str(i),
+                "NUM_SHARDS": str(n),
+                "RUN_ID": run_id,
+                "CAFFE2_CONFIG": json.dumps(cfg),
+                # Gloo picks the interface from the hostname; locally pin it to loopback.
+                "GLOO_SOCKET_IFNAME": "lo",
+            }
+        )
 
     if backend == "redis":
         with redis_server(sc.workdir) as port:
@@ -343,6 +392,7 @@ def run_gloo(sc: Scenario, args: argparse.Namespace, backend: str) -> bool:
 SCENARIOS = {
     "mxnet": run_mxnet,
     "tf-mwms": run_tf_mwms,
+    "tf-mwms-master": lambda sc, a: run_tf_mwms(sc, a, chief="master"),
     "tf-ps": run_tf_ps,
     "gloo-redis": lambda sc, a: run_gloo(sc, a, "redis"),
     "gloo-file": lambda sc, a: run_gloo(sc, a, "file"),
@@ -352,7 +402,9 @@ SCENARIOS = {
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=" | ".join(SCENARIOS))
-    ap.add_argument("--steps", type=int, default=None, help="training steps (program default if unset)")
+    ap.add_argument(
+        "--steps", type=int, default=None, help="training steps (program default if unset)"
+    )
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--keep-logs", action="store_true")
     ap.add_argument("--ps-verbose", action="store_true", help="PS_VERBOSE=1 for ps-lite")

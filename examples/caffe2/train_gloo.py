@@ -38,8 +38,8 @@ from collections.abc import Sequence
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch
+import torch.distributed as dist
 
 
 def log(msg: str) -> None:
@@ -144,7 +144,11 @@ def contract() -> dict[str, object]:
     missing = [k for k in ("SHARD_ID", "NUM_SHARDS", "RUN_ID") if not os.environ.get(k)]
     if missing:
         raise SystemExit(f"train_gloo.py: missing environment: {', '.join(missing)}")
-    shard, nshards, run_id = int(os.environ["SHARD_ID"]), int(os.environ["NUM_SHARDS"]), os.environ["RUN_ID"]
+    shard, nshards, run_id = (
+        int(os.environ["SHARD_ID"]),
+        int(os.environ["NUM_SHARDS"]),
+        os.environ["RUN_ID"],
+    )
     if not 0 <= shard < nshards:
         raise SystemExit(f"train_gloo.py: SHARD_ID={shard} out of range for NUM_SHARDS={nshards}")
     own_host = None
@@ -154,7 +158,8 @@ def contract() -> dict[str, object]:
         task = cfg.get("task", {})
         if len(workers) != nshards or int(task.get("index", -1)) != shard:
             raise SystemExit(
-                f"train_gloo.py: CAFFE2_CONFIG {cfg} disagrees with SHARD_ID={shard}, NUM_SHARDS={nshards}"
+                f"train_gloo.py: CAFFE2_CONFIG {cfg} disagrees with "
+                f"SHARD_ID={shard}, NUM_SHARDS={nshards}"
             )
         own_host = workers[shard].rsplit(":", 1)[0]
     if os.environ.get("REDIS_HOST"):
@@ -167,7 +172,13 @@ def contract() -> dict[str, object]:
         backend = "none"
     else:
         raise SystemExit("train_gloo.py: NUM_SHARDS > 1 needs REDIS_HOST/REDIS_PORT or NFS_PATH")
-    return {"shard": shard, "nshards": nshards, "run_id": run_id, "backend": backend, "own_host": own_host}
+    return {
+        "shard": shard,
+        "nshards": nshards,
+        "run_id": run_id,
+        "backend": backend,
+        "own_host": own_host,
+    }
 
 
 def is_loopback(host: str | None) -> bool:
@@ -188,6 +199,8 @@ def make_store(c: dict[str, object], timeout: datetime.timedelta) -> dist.Store:
             os.environ["REDIS_HOST"], int(os.environ["REDIS_PORT"]), f"trainjobs/{run_id}/", timeout
         )
     if c["backend"] == "nfs":
+        # The shared directory may not exist yet on a fresh machine (locally it is a plain path).
+        os.makedirs(os.environ["NFS_PATH"], exist_ok=True)
         path = os.path.join(os.environ["NFS_PATH"], f"trainjobs-{run_id}.store")
         return dist.FileStore(path, int(c["nshards"]))  # type: ignore[arg-type]
     return dist.HashStore()
@@ -199,7 +212,9 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--samples", type=int, default=1024)
     ap.add_argument("--features", type=int, default=8)
-    ap.add_argument("--timeout", type=float, default=120.0, help="rendezvous/collective timeout (s)")
+    ap.add_argument(
+        "--timeout", type=float, default=120.0, help="rendezvous/collective timeout (s)"
+    )
     args = ap.parse_args()
 
     c = contract()
@@ -255,8 +270,10 @@ def main() -> int:
     dist.destroy_process_group()
     del store  # a FileStore removes its file when the last shard lets go of it
 
-    log(f"shard {shard}: done in {time.time() - t0:.1f}s, full-data loss {full_loss:.6f}, "
-        f"checksums {gathered}")
+    log(
+        f"shard {shard}: done in {time.time() - t0:.1f}s, full-data loss {full_loss:.6f}, "
+        f"checksums {gathered}"
+    )
     print(
         "TRAINJOBS_RESULT "
         + json.dumps(

@@ -31,7 +31,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
 os.environ.setdefault("MXNET_ENGINE_TYPE", "ThreadedEnginePerDevice")
 
-REQUIRED = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
+REQUIRED = (
+    "DMLC_ROLE",
+    "DMLC_PS_ROOT_URI",
+    "DMLC_PS_ROOT_PORT",
+    "DMLC_NUM_SERVER",
+    "DMLC_NUM_WORKER",
+)
 
 
 def log(msg: str) -> None:
@@ -54,12 +60,16 @@ def contract() -> dict[str, object]:
     if mx_config is not None:
         task = mx_config.get("task", {})
         if task.get("type") != role:
-            raise SystemExit(f"train_dist.py: MX_CONFIG task type {task.get('type')!r} != DMLC_ROLE {role!r}")
+            raise SystemExit(
+                f"train_dist.py: MX_CONFIG task type {task.get('type')!r} != DMLC_ROLE {role!r}"
+            )
         index = int(task.get("index", 0))
     if role == "worker" and os.environ.get("DMLC_WORKER_ID") is not None:
         wid = int(os.environ["DMLC_WORKER_ID"])
         if index is not None and index != wid:
-            raise SystemExit(f"train_dist.py: DMLC_WORKER_ID={wid} but MX_CONFIG task index={index}")
+            raise SystemExit(
+                f"train_dist.py: DMLC_WORKER_ID={wid} but MX_CONFIG task index={index}"
+            )
         index = wid
     if role == "scheduler" and index is None:
         index = 0
@@ -89,7 +99,7 @@ def run_server(c: dict[str, object]) -> int:
     return 0
 
 
-def make_data(n: int, d: int):  # noqa: ANN201
+def make_data(n: int, d: int):
     import numpy as np
 
     rng = np.random.RandomState(1234)  # same data on every worker; each takes its shard

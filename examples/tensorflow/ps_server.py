@@ -33,12 +33,31 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
+def master_as_chief() -> str | None:
+    """TF2's strategies reject a ``master`` job ("Disallowed task type found in cluster
+    spec"); the TfJob contract writes ``master`` when the user wrote Master. Rename it to
+    ``chief`` in TF_CONFIG (before TensorFlow reads it). Returns the original task type."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return None
+    cfg = json.loads(raw)
+    task_type = cfg.get("task", {}).get("type")
+    cluster = cfg.get("cluster", {})
+    if "master" in cluster and "chief" not in cluster:
+        cluster["chief"] = cluster.pop("master")
+        if task_type == "master":
+            cfg["task"]["type"] = "chief"
+        os.environ["TF_CONFIG"] = json.dumps(cfg)
+    return task_type if isinstance(task_type, str) else None
+
+
 def main() -> int:
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         log("ps_server.py: TF_CONFIG is not set")
         return 1
-    tf_config = json.loads(raw)
+    original_type = master_as_chief()
+    tf_config = json.loads(os.environ["TF_CONFIG"])
 
     import tensorflow as tf
 
@@ -82,8 +101,14 @@ def main() -> int:
     print(
         "TRAINJOBS_RESULT "
         + json.dumps(
-            {"role": task_type, "index": int(task_id), "first_loss": None, "final_loss": None,
-             "param_checksum": None, "served_seconds": round(time.time() - t0, 1)},
+            {
+                "role": original_type or task_type,
+                "index": int(task_id),
+                "first_loss": None,
+                "final_loss": None,
+                "param_checksum": None,
+                "served_seconds": round(time.time() - t0, 1),
+            },
             sort_keys=True,
         ),
         flush=True,

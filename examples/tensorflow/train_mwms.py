@@ -5,10 +5,11 @@ from TF_CONFIG through TensorFlow's own TFConfigClusterResolver (the contract:
 ``{"cluster": {"chief": [...], "worker": [...]}, "task": {"type": ..., "index": ...},
 "environment": "cloud"}``). Without TF_CONFIG it trains alone with the default strategy.
 
-A small Keras (tf-keras, i.e. Keras 2 as ``tf.keras``) regression model is fitted on data generated in the program; the dataset is
-sharded across workers by tf.data (AutoShardPolicy.DATA) and gradients are all-reduced by
-the collective ops, so every worker ends with the same weights. ``--model-dir`` saves the
-weights (the chief writes them; the other workers write to a scratch copy, as TF requires).
+A small Keras (tf-keras, i.e. Keras 2 as ``tf.keras``) regression model is fitted on data
+generated in the program; the dataset is sharded across workers by tf.data
+(AutoShardPolicy.DATA) and gradients are all-reduced by the collective ops, so every worker
+ends with the same weights. ``--model-dir`` saves the weights (the chief writes them; the
+other workers write to a scratch copy, as TF requires).
 
 Per step: ``<type> <index> step N loss X``. At the end: ``TRAINJOBS_RESULT {json}``.
 Exit status 0 on success.
@@ -35,6 +36,24 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
+def master_as_chief() -> str | None:
+    """TF2's strategies reject a ``master`` job ("Disallowed task type found in cluster
+    spec"); the TfJob contract writes ``master`` when the user wrote Master. Rename it to
+    ``chief`` in TF_CONFIG (before TensorFlow reads it). Returns the original task type."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return None
+    cfg = json.loads(raw)
+    task_type = cfg.get("task", {}).get("type")
+    cluster = cfg.get("cluster", {})
+    if "master" in cluster and "chief" not in cluster:
+        cluster["chief"] = cluster.pop("master")
+        if task_type == "master":
+            cfg["task"]["type"] = "chief"
+        os.environ["TF_CONFIG"] = json.dumps(cfg)
+    return task_type if isinstance(task_type, str) else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=20)
@@ -43,8 +62,12 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=2048)
     ap.add_argument("--features", type=int, default=8)
     ap.add_argument("--model-dir", default=None, help="save the final weights here (chief)")
-    ap.add_argument("--collective-timeout", type=float, default=120.0,
-                    help="seconds before a collective op gives up on a missing peer")
+    ap.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=120.0,
+        help="seconds before a collective op gives up on a missing peer",
+    )
     args = ap.parse_args()
 
     import numpy as np
@@ -54,11 +77,12 @@ def main() -> int:
     tf.config.threading.set_inter_op_parallelism_threads(2)
 
     t0 = time.time()
+    original_type = master_as_chief()
     tf_config = json.loads(os.environ["TF_CONFIG"]) if os.environ.get("TF_CONFIG") else None
     if tf_config:
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         task_type, task_id = resolver.task_type, int(resolver.task_id)
-        if task_type not in ("chief", "master", "worker"):
+        if task_type not in ("chief", "worker"):
             raise SystemExit(f"train_mwms.py: task type {task_type!r} does not train in MWMS")
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING,
@@ -80,13 +104,13 @@ def main() -> int:
         strategy = tf.distribute.get_strategy()
         log("no TF_CONFIG: training in a single process")
     tag = f"{task_type} {task_id}"
-    is_chief = task_type in ("chief", "master") or (
+    is_chief = task_type == "chief" or (
         tf_config is not None
         and "chief" not in tf_config.get("cluster", {})
-        and "master" not in tf_config.get("cluster", {})
         and task_type == "worker"
         and task_id == 0
     )
+    role = original_type or task_type  # report "master" if the job said Master
 
     rng = np.random.RandomState(1234)  # same data everywhere; tf.data shards it per worker
     x = rng.uniform(-1, 1, size=(args.samples, args.features)).astype("float32")
@@ -146,7 +170,7 @@ def main() -> int:
         "TRAINJOBS_RESULT "
         + json.dumps(
             {
-                "role": task_type,
+                "role": role,
                 "index": task_id,
                 "num_workers": n_workers,
                 "steps": args.steps,

@@ -1,7 +1,8 @@
 """Parameter-server training with tf.distribute.ParameterServerStrategy (TF2).
 
-The chief of the TfJob runs this program as the *coordinator*; the ``ps`` and ``worker``
-tasks run ``ps_server.py`` (a plain ``tf.distribute.Server``). The cluster comes from
+Every replica of the TfJob can run this program: the chief runs it as the *coordinator*;
+on ``ps`` and ``worker`` tasks it serves a plain ``tf.distribute.Server`` (the code of
+``ps_server.py``, beside this file, which those tasks may also run directly). The cluster comes from
 TF_CONFIG via TensorFlow's TFConfigClusterResolver:
 ``{"cluster": {"chief": [..], "worker": [..], "ps": [..]}, "task": {"type": "chief", "index": 0}}``.
 
@@ -45,6 +46,11 @@ def main() -> int:
         log("train_ps.py: TF_CONFIG is not set (ParameterServerStrategy needs a cluster)")
         return 1
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import ps_server  # beside this file: the server loop and master_as_chief()
+
+    original_type = ps_server.master_as_chief()
+
     import numpy as np
     import tensorflow as tf
 
@@ -52,15 +58,14 @@ def main() -> int:
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     task_type, task_id = resolver.task_type, int(resolver.task_id or 0)
     jobs = resolver.cluster_spec().as_dict()
-    if task_type not in ("chief", "master"):
-        log(f"train_ps.py runs on the chief (coordinator); this task is {task_type}. "
-            "Workers and ps tasks run ps_server.py.")
-        return 1
+    if task_type != "chief":
+        # Workers and parameter servers only serve; the coordinator sends them work.
+        return ps_server.main()
     if not jobs.get("ps") or not jobs.get("worker"):
         log(f"train_ps.py: the cluster needs ps and worker tasks: {jobs}")
         return 1
-    if task_type == "master":  # the coordinator's job must be named chief for TF
-        log("train_ps.py: TF_CONFIG uses 'master'; treating it as the chief")
+    if original_type == "master":
+        log("train_ps.py: TF_CONFIG names this task master; TF2 needs chief, renamed")
 
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
@@ -74,7 +79,9 @@ def main() -> int:
     with strategy.scope():
         init = np.random.RandomState(42)
         params = [
-            tf.Variable(init.normal(scale=0.5, size=(args.features, 16)).astype("float32"), name="w1"),
+            tf.Variable(
+                init.normal(scale=0.5, size=(args.features, 16)).astype("float32"), name="w1"
+            ),
             tf.Variable(np.zeros(16, "float32"), name="b1"),
             tf.Variable(init.normal(scale=0.5, size=(16, 1)).astype("float32"), name="w2"),
             tf.Variable(np.zeros(1, "float32"), name="b2"),
@@ -123,7 +130,7 @@ def main() -> int:
         "TRAINJOBS_RESULT "
         + json.dumps(
             {
-                "role": task_type,
+                "role": original_type or task_type,
                 "index": task_id,
                 "num_workers": len(jobs["worker"]),
                 "num_ps": len(jobs["ps"]),

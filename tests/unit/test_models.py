@@ -24,7 +24,6 @@ from trainjobs.core.render import POD_RESTART_POLICY
 from trainjobs.errors import SpecError, SpecInvalid
 
 from .helpers import (
-    PLUGINS,
     Doc,
     caffe2job,
     container,
@@ -147,7 +146,7 @@ def containers_of_template(draw: st.DrawFn, framework_container: str,
                 {"name": st.just(n), "containerPort": st.integers(1, 65535)},
                 optional={"protocol": st.sampled_from(["TCP", "UDP", "SCTP"])},
             )) for n in port_names]
-        if volumes and draw(st.booleans()):
+        if draw(st.booleans()) and volumes:
             mounted = draw(st.lists(st.sampled_from(volumes), min_size=1, unique=True))
             c["volumeMounts"] = [draw(st.fixed_dictionaries(
                 {"name": st.just(v), "mountPath": st.just(f"/mnt/{v}")},
@@ -195,7 +194,7 @@ def pod_templates(draw: st.DrawFn, framework_container: str,
         "labels": st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=3),
         "annotations": st.dictionaries(LABEL_KEY, TEXT, max_size=3),
     }))
-    if meta or draw(st.booleans()):
+    if draw(st.booleans()) or meta:
         tmpl["metadata"] = meta
     return tmpl
 
@@ -516,10 +515,41 @@ def test_unknown_kind_names_the_installed_kinds() -> None:
 
 
 def test_name_length_limit_counts_the_longest_derived_name() -> None:
-    # <job>-worker-9 for ten workers; 63 characters is the DNS-1035 limit of a Service name.
+    # <job>-scheduler-0 is the longest name of an MxJob; a Service name has at most 63.
     assert parse({**mxjob(), "metadata": {"name": "a" * 51}})
     errors = errors_of({**mxjob(), "metadata": {"name": "a" * 52}})
     assert "use at most 51 characters" in errors["metadata.name"]
+    # Ten workers: <job>-worker-9; a hundred: <job>-worker-99.
+    doc = caffe2job("b" * 54, workers=100)
+    assert "too long" in errors_of(doc)["metadata.name"]
+    # A TfJob with TensorBoard also owns <job>-tensorboard.
+    board = tfjob("c" * 52, Worker=2)
+    board["spec"]["tensorboard"] = {"logDir": "/logs"}
+    assert "c" * 52 + "-tensorboard" in errors_of(board)["metadata.name"]
+
+
+def _cel_accepts_name(doc: Doc) -> bool:
+    """The CRD's CEL rule on name length (crdgen._root_rules), evaluated in Python."""
+    name = doc["metadata"]["name"]
+    return all(len(name) + len(key) + len(str(spec.get("replicas", 1))) + 2 <= 63
+               for key, spec in doc["spec"]["replicaSpecs"].items())
+
+
+@pytest.mark.xfail(strict=True, reason="bug: parse_job counts '-tensorboard' for every kind "
+                   "(core/validation.py LONGEST_EXTRA_SUFFIX) and the CRD rule counts "
+                   "digits of `replicas`, not of the last index, and no extra objects: "
+                   "the API server and `trainjobs run` disagree on which names fit")
+@pytest.mark.parametrize(("length", "workers"), [(52, 2), (54, 2), (54, 10)])
+def test_api_server_and_parse_job_agree_on_name_length(length: int, workers: int) -> None:
+    doc = caffe2job("d" * length, workers=workers)  # longest object: <job>-worker-<last>
+    fits = length + len(f"-worker-{workers - 1}") <= 63
+    assert _cel_accepts_name(doc) == fits
+    try:
+        parse(doc)
+        accepted = True
+    except SpecInvalid:
+        accepted = False
+    assert accepted == fits
 
 
 def test_spec_error_formatting() -> None:

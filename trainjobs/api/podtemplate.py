@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -84,8 +85,10 @@ def _format_path(base: str, parts: list[str | int]) -> str:
 def _describe(error: ValidationError) -> tuple[list[str | int], str]:
     parts: list[str | int] = list(error.absolute_path)
     if error.validator == "additionalProperties":
-        known = set(error.schema.get("properties", {}))
-        unknown = sorted(k for k in error.instance if k not in known)
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        instance = error.instance if isinstance(error.instance, dict) else {}
+        known = set(schema.get("properties", {}))
+        unknown = sorted(k for k in instance if k not in known)
         if unknown:
             return [*parts, unknown[0]], "unknown field"
     if error.validator == "required":
@@ -95,7 +98,8 @@ def _describe(error: ValidationError) -> tuple[list[str | int], str]:
         expected = error.validator_value
         return parts, f"expected {expected}, got {type(error.instance).__name__}"
     if error.validator == "enum":
-        allowed = ", ".join(map(str, error.validator_value))
+        values = error.validator_value if isinstance(error.validator_value, list) else []
+        allowed = ", ".join(map(str, values))
         return parts, f"{error.instance!r} is not one of: {allowed}"
     return parts, error.message
 

@@ -20,7 +20,6 @@ from trainjobs.api.models import (
     ConditionType,
     Job,
     JobStatus,
-    ReplicaStatus,
     RestartPolicy,
 )
 from trainjobs.core.observed import UNRUNNABLE_REASONS, ObservedPod, PodPhase
@@ -120,6 +119,10 @@ def plan(
         return _finish(state, desired, pods, services)
     if job.spec.run_policy.suspend:
         return _suspend(state, pods)
+    if _current(old) is ConditionType.SUSPENDED:
+        _clear_exclusive(state, ConditionType.SUSPENDED, "JobResumed",
+                         f"{job.kind} {job.name} is resumed")
+        state.plan.events.append(Event("Normal", "JobResumed", "resumed: recreating pods"))
 
     by_name = {p.name: p for p in pods}
     spec_types = {k.lower(): k for k in job.spec.replica_specs}
@@ -150,8 +153,8 @@ def plan(
         if f"{obj['kind']}/{obj['metadata']['name']}" not in extras:
             state.plan.create_extras.append(obj)
 
-    total_restarts = sum(restarts_now.values()) + sum(
-        p.restarts for p in pods if not p.deleting and p.name in desired.pods)
+    restarts = _restarts(state, pods, restarts_now, new_counted, spec_types)
+    total_restarts = sum(r for r, _ in restarts.values())
     backoff_limit = job.spec.run_policy.backoff_limit
     if state.failure is None and total_restarts > backoff_limit:
         state.failure = ("BackoffLimitExceeded",
@@ -165,10 +168,18 @@ def plan(
             state.failure = ("DeadlineExceeded", f"the job ran longer than "
                              f"activeDeadlineSeconds ({deadline}s)")
         else:
-            state.plan.requeue_after = (ends - now).total_seconds()
+            _requeue(state.plan, (ends - now).total_seconds())
 
     state.status["countedFailures"] = sorted(new_counted)
-    _replica_statuses(state, desired, pods, restarts_now, spec_types)
+    _replica_statuses(state, pods, restarts, spec_types)
+    done = state.failure is None and succeeded(outcomes)
+    if state.failure is not None or done:
+        # A finished job's pods are cleanPodPolicy's to delete (next pass), not recreation's:
+        # keep the failed pods that were to be recreated (cleanPodPolicy None keeps them all),
+        # and do not announce recreations that will not happen.
+        state.plan.delete_pods = [n for n in state.plan.delete_pods if n not in desired.pods]
+        state.plan.events = [e for e in state.plan.events
+                             if e.reason not in ("ReplicaRestarting", "ReplicaLost")]
     if state.failure is not None:
         _conclude(state, ConditionType.FAILED, *state.failure)
         state.plan.events.append(Event("Warning", state.failure[0], state.failure[1]))
@@ -177,7 +188,7 @@ def plan(
         state.plan.create_services.clear()
         state.plan.create_extras.clear()
         state.plan.requeue_after = 0.0
-    elif succeeded(outcomes):
+    elif done:
         _conclude(state, ConditionType.SUCCEEDED, "JobSucceeded",
                   f"{job.kind} {job.name} succeeded")
         state.plan.events.append(Event("Normal", "JobSucceeded",
@@ -338,9 +349,10 @@ def _suspend(state: _State, pods: Sequence[ObservedPod]) -> Plan:
 
 def _refresh_active(state: _State, pods: Sequence[ObservedPod]) -> None:
     """Only the active counts move once a job is finished or suspended."""
+    deleted = set(state.plan.delete_pods)
     statuses = {
-        t: {**s.to_api(), "active": sum(1 for p in pods if p.active and
-                                        p.replica_type_lower == t.lower())}
+        t: {**s.to_api(), "active": sum(1 for p in pods if p.active and p.name not in deleted
+                                        and p.replica_type_lower == t.lower())}
         for t, s in state.job.status.replica_statuses.items()
     }
     state.status["replicaStatuses"] = statuses
@@ -352,22 +364,54 @@ def _summary(job: Job, statuses: Mapping[str, Mapping[str, int]]) -> str:
                      for k, r in job.spec.replica_specs.items())
 
 
+def _restarts(
+    state: _State,
+    pods: Sequence[ObservedPod],
+    recreations: Mapping[str, int],
+    counted: set[str],
+    spec_types: Mapping[str, str],
+) -> dict[str, tuple[int, int]]:
+    """(restarts, recreations) per replica type; restarts never decrease.
+
+    restarts = recreations + the in-place restarts of the pods that exist now. `recreations`
+    (durable, in the status) holds what gone pods contributed: 1 + its in-place restarts for
+    each counted failure (`_failed`), and the in-place restarts of a pod that disappeared
+    otherwise (preempted, deleted, scaled down, suspended): when the sum over existing pods
+    drops, the previous total is kept and `recreations` absorbs the difference. So resuming a
+    job or losing a pod never forgives restarts that count toward backoffLimit.
+    """
+    old = state.job.status.replica_statuses
+    already = set(state.job.status.counted_failures)
+    out: dict[str, tuple[int, int]] = {}
+    for key in state.job.spec.replica_specs:
+        mine = [p for p in pods if spec_types.get(p.replica_type_lower) == key]
+        in_place = sum(p.restarts for p in mine if not p.deleting and p.uid not in counted)
+        total = recreations.get(key, 0) + in_place
+        before = old.get(key)
+        if before is not None:
+            newly = sum(1 for p in mine if p.uid in counted and p.uid not in already)
+            total = max(total, before.restarts + newly)
+        out[key] = (total, total - in_place)
+    return out
+
+
 def _replica_statuses(
     state: _State,
-    desired: RenderedJob,
     pods: Sequence[ObservedPod],
-    restarts: Mapping[str, int],
+    restarts: Mapping[str, tuple[int, int]],
     spec_types: Mapping[str, str],
 ) -> None:
+    deleted = set(state.plan.delete_pods)
     statuses: dict[str, dict[str, int]] = {}
-    for key, rspec in state.job.spec.replica_specs.items():
+    for key in state.job.spec.replica_specs:
         mine = [p for p in pods if spec_types.get(p.replica_type_lower) == key]
         statuses[key] = {
-            "active": sum(1 for p in mine if p.active),
+            # Active once this plan is carried out: pods it deletes no longer count.
+            "active": sum(1 for p in mine if p.active and p.name not in deleted),
             "succeeded": sum(1 for p in mine if p.phase is PodPhase.SUCCEEDED),
             "failed": sum(1 for p in mine if p.phase is PodPhase.FAILED and not p.disrupted),
-            "restarts": restarts.get(key, 0) + sum(p.restarts for p in mine if not p.deleting),
-            "recreations": restarts.get(key, 0),
+            "restarts": restarts[key][0],
+            "recreations": restarts[key][1],
         }
     state.status["replicaStatuses"] = statuses
     state.status["replicaSummary"] = _summary(state.job, statuses)
@@ -424,6 +468,14 @@ def _set_exclusive(state: _State, ctype: ConditionType, reason: str, message: st
             return
     conds.append({"type": ctype.value, "status": "True", "reason": reason, "message": message,
                   "lastTransitionTime": _iso(state.now)})
+
+
+def _clear_exclusive(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
+    """Set `ctype` False (e.g. Suspended on resume) without making another one True."""
+    for cond in state.status["conditions"]:
+        if cond["type"] == ctype.value and cond["status"] == "True":
+            cond.update(status="False", reason=reason, message=message,
+                        lastTransitionTime=_iso(state.now))
 
 
 def _conclude(state: _State, ctype: ConditionType, reason: str, message: str) -> None:

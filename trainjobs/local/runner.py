@@ -20,6 +20,7 @@ import signal
 import socket
 import time
 import uuid
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,7 @@ class LocalRun:
         self.services: set[str] = set()
         self.extras: set[str] = set()
         self.history: dict[str, ReplicaSummary] = {}
+        self.recreations: Counter[str] = Counter()
         self._wake = asyncio.Event()
         self._specs = self._process_specs()
 
@@ -151,6 +153,8 @@ class LocalRun:
             self._start_extra(obj)
         for pod in decision.create_pods:
             name = pod["metadata"]["name"]
+            if name in self.history:
+                self.recreations[name] += 1
             proc = ReplicaProcess(name, pod, self._specs[name], self.log_dir / f"{name}.log",
                                   self.console.line, self.wake)
             self.processes[name] = proc
@@ -176,8 +180,8 @@ class LocalRun:
         """Record a replica as it is just before we stop it (a running one shows Stopped)."""
         state = "Stopped" if proc.phase in (PodPhase.RUNNING, PodPhase.PENDING) else \
             str(proc.phase)
-        self.history[proc.name] = ReplicaSummary(proc.name, state, proc.exit_code,
-                                                 proc.restarts)
+        restarts = proc.restarts + self.recreations[proc.name]
+        self.history[proc.name] = ReplicaSummary(proc.name, state, proc.exit_code, restarts)
 
     async def stop_all(self) -> None:
         everything = list(self.processes.values()) + list(self.components.values())

@@ -64,8 +64,11 @@ class Framework:
 
     @property
     def port_name(self) -> str:
-        """Name of the container/service port that carries the framework's traffic."""
-        return f"{self.kind.lower()}-port"[:15]
+        """Name of the container/service port that carries the framework's traffic.
+
+        An IANA service name: at most 15 characters, not ending with '-'.
+        """
+        return f"{self.kind.lower()}-port"[:15].rstrip("-")
 
     def replica_type(self, key: str) -> ReplicaType | None:
         """The replica type a replicaSpecs key names (by name or alias), if any."""

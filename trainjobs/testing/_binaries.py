@@ -9,7 +9,6 @@ ready-made bin dir and skips the build entirely.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 from pathlib import Path
@@ -59,7 +58,7 @@ def find_binaries(*, build: bool = True) -> Path:
     """Return a bin dir holding every control-plane binary, building them if allowed.
 
     Order: ``$TRAINJOBS_CONTROL_PLANE_BIN`` (must be complete), the cache, then the build
-    script (serialised by a lock file, so parallel test sessions build once).
+    script (tens of minutes on a cold Go cache; it prints its progress).
     """
     env = os.environ.get(BIN_ENV)
     if env:
@@ -84,12 +83,7 @@ def find_binaries(*, build: bool = True) -> Path:
             f"control-plane binaries missing in {bin_dir} and {SCRIPT_NAME} not found; "
             f"set {BIN_ENV} to a bin dir holding {', '.join(BINARIES)}"
         )
-    lock_path = cache_root() / "control-plane" / ".build.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if missing_binaries(bin_dir):
-            _run_build(script)
+    _run_build(script)  # the script takes a lock: concurrent sessions build once
     missing = missing_binaries(bin_dir)
     if missing:
         raise ControlPlaneError(f"{script} finished but {', '.join(missing)} missing in {bin_dir}")
@@ -98,7 +92,8 @@ def find_binaries(*, build: bool = True) -> Path:
 
 def _run_build(script: Path) -> None:
     env = dict(os.environ, K8S_VERSION=K8S_VERSION, KWOK_VERSION=KWOK_VERSION)
-    # The build takes tens of minutes on a cold cache: let its progress reach the terminal.
-    result = subprocess.run(["bash", str(script)], env=env, check=False)
+    # The build takes tens of minutes on a cold cache: its progress goes to stderr (fd 2), so
+    # the caller's stdout (``up`` prints the kubeconfig path there) stays clean.
+    result = subprocess.run(["bash", str(script)], env=env, stdout=2, check=False)
     if result.returncode != 0:
         raise ControlPlaneError(f"{script} failed with exit status {result.returncode}")

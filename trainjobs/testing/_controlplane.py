@@ -7,11 +7,13 @@ its stages (``kwok_stages.yaml``) move scheduled pods to Running and, on request
 with a chosen exit code. Every port is picked free at start, so several control planes (a
 test session and a benchmark, or pytest-xdist workers) can run side by side.
 
-Start-up order: PKI, then etcd *and* kube-apiserver together (the apiserver retries etcd);
-controller manager, scheduler and KWOK as soon as the apiserver's port accepts connections
-(the controller manager gives the apiserver only 10 s to become healthy); then the fake
-nodes once ``/readyz`` is ok. Ready means: ``/readyz`` ok, every node Ready and untainted,
-namespace ``default`` and its ServiceAccount ``default`` present, scheduler healthy.
+Start-up order (measured, see docs/control-plane.md): PKI; etcd *and* kube-apiserver together
+(the apiserver retries etcd); controller manager, scheduler and KWOK as soon as the apiserver
+answers HTTP (earlier, KWOK's exponential back-off - 1, 2, 4, 8, 16 s - can add seconds, and
+the controller manager allows the apiserver only 10 s to become healthy); the fake nodes at
+the same moment, while the apiserver runs its post-start hooks. Ready means: ``/readyz`` ok,
+every node Ready without a not-ready/unreachable taint, ServiceAccount default/default
+present (the controller manager runs), scheduler ``/readyz`` ok.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -41,7 +44,6 @@ from trainjobs.testing._pki import Pki, make_pki
 from trainjobs.testing._process import (
     ProcessRef,
     free_ports,
-    port_open,
     start_daemon,
     stop_processes,
 )
@@ -57,9 +59,18 @@ EXIT_CODE_ANNOTATION = "kwok.trainjobs.io/exit-code"
 RUN_DURATION_ANNOTATION = "kwok.trainjobs.io/run-duration"
 FAIL_TIMES_ANNOTATION = "kwok.trainjobs.io/fail-times"
 NODE_LABEL = ("type", "kwok")
+# klog E/F lines, Go flag errors, KWOK's JSON error records.
+_ERROR_LINE = re.compile(r'^(?:[EF]\d{4} |Error: |error: )|"level":"ERROR"')
 _STARTUP_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
-# Stop order: the clients first, so they do not log the apiserver's shutdown; etcd last.
-_COMPONENTS = ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# Stop order, one group at a time: the apiserver's clients, the apiserver, etcd. Signalled all
+# at once, etcd waits ~7 s for the apiserver's watch streams and the apiserver hangs on etcd;
+# in this order the whole shutdown takes ~1.2 s.
+_STOP_GROUPS = (
+    ("kwok", "kube-scheduler", "kube-controller-manager"),
+    ("kube-apiserver",),
+    ("etcd",),
+)
 
 
 @dataclass(frozen=True)
@@ -163,8 +174,13 @@ class ControlPlane:
         workdir.mkdir(parents=True, exist_ok=True)
         t_bin = time.monotonic()
         pki = make_pki(workdir / "pki")
-        names = ("etcd-client", "etcd-peer", "kube-apiserver", "kube-controller-manager",
-                 "kube-scheduler")
+        names = (
+            "etcd-client",
+            "etcd-peer",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        )
         ports = dict(zip(names, free_ports(len(names)), strict=True))
         plane = cls(
             workdir=workdir,
@@ -202,31 +218,46 @@ class ControlPlane:
             self._processes.append(ProcessRef.of(name, proc.pid))
             self._write_state()
 
+        api = self.api()
         launch("etcd", self._etcd_args())
         launch("kube-apiserver", [*self._apiserver_args(), *options.apiserver_args])
-        self._wait(lambda: port_open(self.ports["kube-apiserver"]), "kube-apiserver port",
-                   deadline)
-        self.timings["apiserver_listening"] = time.monotonic() - t0
-        launch("kube-controller-manager",
-               [*self._controller_manager_args(), *options.controller_manager_args])
+        self._wait(lambda: _serving(api), "kube-apiserver to serve", deadline)
+        self.timings["apiserver_serving"] = time.monotonic() - t0
+        launch(
+            "kube-controller-manager",
+            [*self._controller_manager_args(), *options.controller_manager_args],
+        )
         launch("kube-scheduler", [*self._scheduler_args(), *options.scheduler_args])
         # kwok reads ~/.kwok/kwok.yaml when it exists: give it an empty home.
         (self.workdir / "kwok-home").mkdir(exist_ok=True)
-        launch("kwok", [*self._kwok_args(stages), *options.kwok_args],
-               {"HOME": str(self.workdir / "kwok-home")})
-        api = self.api()
+        launch(
+            "kwok",
+            [*self._kwok_args(stages), *options.kwok_args],
+            {"HOME": str(self.workdir / "kwok-home")},
+        )
+        # The admin is in system:masters, allowed before the RBAC roles exist: create the
+        # nodes while the apiserver finishes its post-start hooks.
+        pending = list(self.node_names)
+
+        def create_nodes() -> bool:
+            pending[:] = [n for n in pending if not self._create_node(api, n, options)]
+            return not pending
+
+        self._wait(create_nodes, "creating nodes", deadline)
         self._wait(lambda: _ok(api, "/readyz"), "kube-apiserver /readyz", deadline)
         self.timings["apiserver_ready"] = time.monotonic() - t0
-        for name in self.node_names:
-            self._create_node(api, name, options)
-        self._wait(lambda: self._nodes_ready(api), f"{len(self.node_names)} nodes Ready",
-                   deadline)
+        self._wait(lambda: self._nodes_ready(api), f"{len(self.node_names)} nodes Ready", deadline)
         self.timings["nodes_ready"] = time.monotonic() - t0
         self._wait(
             lambda: _ok(api, "/api/v1/namespaces/default/serviceaccounts/default"),
-            "ServiceAccount default/default", deadline)
-        self._wait(lambda: _insecure_ok(self.ports["kube-scheduler"], "/readyz"),
-                   "kube-scheduler /readyz", deadline)
+            "ServiceAccount default/default",
+            deadline,
+        )
+        self._wait(
+            lambda: _insecure_ok(self.ports["kube-scheduler"], "/readyz"),
+            "kube-scheduler /readyz",
+            deadline,
+        )
         self.timings["total"] = time.monotonic() - t0
         self._write_state()
 
@@ -290,13 +321,15 @@ class ControlPlane:
     def _scheduler_args(self) -> list[str]:
         config = self.workdir / "kube-scheduler.yaml"
         config.write_text(
-            yaml.safe_dump({
-                "apiVersion": "kubescheduler.config.k8s.io/v1",
-                "kind": "KubeSchedulerConfiguration",
-                "clientConnection": {"kubeconfig": str(self.kubeconfig)},
-                "leaderElection": {"leaderElect": False},
-                "enableProfiling": False,
-            })  # fmt: skip
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+                    "leaderElection": {"leaderElect": False},
+                    "enableProfiling": False,
+                }
+            )
         )
         return [
             f"--config={config}",
@@ -323,14 +356,34 @@ class ControlPlane:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "trainjobs-test", "cluster": {
-                "server": self.server, "certificate-authority-data": b64(self.pki.ca_cert)}}],
-            "users": [{"name": "trainjobs-admin", "user": {
-                "client-certificate-data": b64(self.pki.admin_cert),
-                "client-key-data": b64(self.pki.admin_key)}}],
-            "contexts": [{"name": "trainjobs-test", "context": {
-                "cluster": "trainjobs-test", "user": "trainjobs-admin",
-                "namespace": "default"}}],
+            "clusters": [
+                {
+                    "name": "trainjobs-test",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": b64(self.pki.ca_cert),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "trainjobs-admin",
+                    "user": {
+                        "client-certificate-data": b64(self.pki.admin_cert),
+                        "client-key-data": b64(self.pki.admin_key),
+                    },
+                }
+            ],
+            "contexts": [
+                {
+                    "name": "trainjobs-test",
+                    "context": {
+                        "cluster": "trainjobs-test",
+                        "user": "trainjobs-admin",
+                        "namespace": "default",
+                    },
+                }
+            ],
             "current-context": "trainjobs-test",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -373,17 +426,28 @@ class ControlPlane:
                 )
             time.sleep(0.05)
 
-    def log_tail(self, component: str, lines: int = 30) -> str:
-        """The last ``lines`` lines of a component's log (empty if there is none)."""
+    def log_tail(self, component: str, lines: int = 20) -> str:
+        """The error lines and the last ``lines`` lines of a component's log.
+
+        Error lines come first because a Go program that rejects a flag prints its error and
+        then a hundred lines of usage.
+        """
         try:
             text = (self.logs_dir / f"{component}.log").read_text(errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        all_lines = text.splitlines()
+        errors = [line for line in all_lines if _ERROR_LINE.search(line)][-10:]
+        tail = [line for line in all_lines[-lines:] if line not in errors]
+        return "\n".join([*errors, *(["..."] if errors and tail else []), *tail])
 
-    def _create_node(self, api: KubeAPI, name: str, options: ClusterOptions) -> None:
-        resources_ = {"cpu": options.node_cpu, "memory": options.node_memory,
-                      "pods": options.node_pods}
+    def _create_node(self, api: KubeAPI, name: str, options: ClusterOptions) -> bool:
+        """Create one fake node; False when the apiserver cannot take it yet."""
+        resources_ = {
+            "cpu": options.node_cpu,
+            "memory": options.node_memory,
+            "pods": options.node_pods,
+        }
         node = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -401,10 +465,17 @@ class ControlPlane:
             "spec": {},
             "status": {"capacity": resources_, "allocatable": dict(resources_)},
         }
-        resp = api.create("/api/v1/nodes", node)
-        if resp.status not in (201, 409):
-            raise ControlPlaneError(f"creating node {name} failed ({resp.status}): "
-                                    f"{resp.body.decode(errors='replace')}")
+        try:
+            resp = api.create("/api/v1/nodes", node)
+        except (OSError, http.client.HTTPException):
+            return False
+        if resp.status in (201, 409):
+            return True
+        if resp.status >= 500 or resp.status == 429:
+            return False
+        raise ControlPlaneError(
+            f"creating node {name} failed ({resp.status}): {resp.body.decode(errors='replace')}"
+        )
 
     def _nodes_ready(self, api: KubeAPI) -> bool:
         try:
@@ -427,22 +498,30 @@ class ControlPlane:
 
     def api(self) -> KubeAPI:
         """A small synchronous REST client with the admin certificate."""
-        return KubeAPI(self.server, ca_cert=self.pki.ca_cert, client_cert=self.pki.admin_cert,
-                       client_key=self.pki.admin_key)
+        return KubeAPI(
+            self.server,
+            ca_cert=self.pki.ca_cert,
+            client_cert=self.pki.admin_cert,
+            client_key=self.pki.admin_key,
+        )
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0
     ) -> subprocess.CompletedProcess[str]:
         """Run the matching kubectl against this control plane; raise :class:`KubectlError`
         on a non-zero exit unless ``check`` is false."""
-        return run_kubectl(self.bin_dir / "kubectl", self.kubeconfig, *args, input=input,
-                           check=check, timeout=timeout)
+        return run_kubectl(
+            self.bin_dir / "kubectl",
+            self.kubeconfig,
+            *args,
+            input=input,
+            check=check,
+            timeout=timeout,
+        )
 
     def stop(self) -> None:
         """Stop every daemon (SIGTERM, then SIGKILL) and forget them. Idempotent."""
-        order = {name: i for i, name in enumerate(_COMPONENTS)}
-        refs = sorted(self._processes, key=lambda r: order.get(r.name, 0))
-        left = stop_processes(refs, popens=self._popens)
+        left = _stop_in_order(self._processes, self._popens)
         self._popens.clear()
         self._processes.clear()
         with contextlib.suppress(FileNotFoundError):
@@ -509,14 +588,23 @@ def stop_control_plane(workdir: Path) -> list[str]:
     state = read_state(workdir)
     if state is None:
         return []
-    order = {name: i for i, name in enumerate(_COMPONENTS)}
-    refs = sorted(state.processes, key=lambda r: order.get(r.name, 0))
-    running = [r.name for r in refs if r.alive()]
-    left = stop_processes(refs)
+    running = [r.name for r in state.processes if r.alive()]
+    left = _stop_in_order(state.processes, {})
     if left:
         raise ControlPlaneError(f"still running after SIGKILL: {', '.join(left)}")
     (workdir / STATE_FILE).unlink(missing_ok=True)
     return running
+
+
+def _stop_in_order(
+    refs: Sequence[ProcessRef], popens: Mapping[int, subprocess.Popen[bytes]]
+) -> list[str]:
+    groups = [[r for r in refs if r.name in group] for group in _STOP_GROUPS]
+    groups.append([r for r in refs if not any(r.name in g for g in _STOP_GROUPS)])
+    left: list[str] = []
+    for group in groups:
+        left += stop_processes(group, popens=popens)
+    return left
 
 
 def run_kubectl(
@@ -529,14 +617,28 @@ def run_kubectl(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``kubectl --kubeconfig KUBECONFIG ARGS...`` with a discovery cache beside the
     kubeconfig (never ``~/.kube``)."""
-    argv = [str(kubectl), f"--kubeconfig={kubeconfig}",
-            f"--cache-dir={kubeconfig.parent / 'kubectl-cache'}", *args]
+    argv = [
+        str(kubectl),
+        f"--kubeconfig={kubeconfig}",
+        f"--cache-dir={kubeconfig.parent / 'kubectl-cache'}",
+        *args,
+    ]
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    result = subprocess.run(argv, input=input, capture_output=True, text=True, env=env,
-                            timeout=timeout, check=False)
+    result = subprocess.run(
+        argv, input=input, capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
     if check and result.returncode != 0:
         raise KubectlError(args, result.returncode, result.stdout, result.stderr)
     return result
+
+
+def _serving(api: KubeAPI) -> bool:
+    """The apiserver answers HTTP (any status): its handlers are installed."""
+    try:
+        api.get("/readyz")
+    except (OSError, http.client.HTTPException):
+        return False
+    return True
 
 
 def _ok(api: KubeAPI, path: str) -> bool:

@@ -29,17 +29,30 @@ def apply_crds(
         raise ControlPlaneError(f"no CRD manifests at {path}")
     recursive = ["-R"] if path.is_dir() else []
     applied = run_kubectl(
-        kubectl, kubeconfig, "apply", "--server-side", "--force-conflicts",
-        "--field-manager=trainjobs-tests", "-f", str(path), *recursive, "-o", "name",
+        kubectl,
+        kubeconfig,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=trainjobs-tests",
+        "-f",
+        str(path),
+        *recursive,
+        "-o",
+        "name",
         timeout=timeout,
     )
     crds = [
-        line.strip() for line in applied.stdout.splitlines()
-        if line.strip().startswith(_CRD_PREFIX)
+        line.strip() for line in applied.stdout.splitlines() if line.strip().startswith(_CRD_PREFIX)
     ]
     if crds:
         run_kubectl(
-            kubectl, kubeconfig, "wait", "--for=condition=Established",
-            f"--timeout={int(timeout)}s", *crds, timeout=timeout + 10,
+            kubectl,
+            kubeconfig,
+            "wait",
+            "--for=condition=Established",
+            f"--timeout={int(timeout)}s",
+            *crds,
+            timeout=timeout + 10,
         )
     return [name.removeprefix(_CRD_PREFIX) for name in crds]

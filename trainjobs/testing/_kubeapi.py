@@ -29,9 +29,7 @@ class Response:
 class KubeAPI:
     """HTTPS requests to one API server, authenticated by a client certificate."""
 
-    def __init__(
-        self, server: str, *, ca_cert: Path, client_cert: Path, client_key: Path
-    ) -> None:
+    def __init__(self, server: str, *, ca_cert: Path, client_cert: Path, client_key: Path) -> None:
         parts = urlsplit(server)
         if parts.hostname is None or parts.port is None:
             raise ValueError(f"server URL needs a host and port: {server!r}")

@@ -82,6 +82,7 @@ def make_pki(directory: Path, *, extra_sans: tuple[str, ...] = ()) -> Pki:
         sa_key=directory / "sa.key",
         sa_pub=directory / "sa.pub",
     )
+
     def req(key: Path, cert: Path, subject: str, extensions: str, *signing: str) -> list[str]:
         return [
             openssl, "req", "-x509", *_KEY_ARGS, "-keyout", str(key), "-out", str(cert),

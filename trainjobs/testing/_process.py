@@ -35,13 +35,6 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def port_open(port: int) -> bool:
-    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -121,27 +114,28 @@ def stop_processes(
     """SIGTERM each daemon's process group, SIGKILL what is left after ``grace`` seconds.
 
     Returns the names of daemons that were still running after SIGKILL (normally none).
-    ``popens`` lets the starting process reap its own children so none stays a zombie.
+    ``popens`` are the caller's own children: they are waited for (reaped), not just seen to
+    die. A Go program's main thread shows as a zombie while its other threads still exit, so
+    ``/proc`` alone is not enough to know a child is gone.
     """
-    popens = popens or {}
-    live = [r for r in refs if r.alive()]
+    children = popens or {}
+
+    def running(ref: ProcessRef) -> bool:
+        proc = children.get(ref.pid)
+        return proc.poll() is None if proc is not None else ref.alive()
+
+    live = [r for r in refs if running(r)]
     for ref in live:
         _signal_group(ref.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while live and time.monotonic() < deadline:
-        _reap(popens)
-        live = [r for r in live if r.alive()]
-        if live:
+    for sig, wait in ((signal.SIGKILL, grace), (None, 5.0)):
+        deadline = time.monotonic() + wait
+        while live and time.monotonic() < deadline:
             time.sleep(0.02)
-    for ref in live:
-        _signal_group(ref.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while live and time.monotonic() < deadline:
-        _reap(popens)
-        live = [r for r in live if r.alive()]
-        if live:
-            time.sleep(0.02)
-    _reap(popens)
+            live = [r for r in live if running(r)]
+        if sig is None:
+            break
+        for ref in live:
+            _signal_group(ref.pid, sig)
     return [r.name for r in live]
 
 
@@ -150,8 +144,3 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-
-
-def _reap(popens: Mapping[int, subprocess.Popen[bytes]]) -> None:
-    for proc in popens.values():
-        proc.poll()

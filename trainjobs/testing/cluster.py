@@ -68,8 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(plane.kubeconfig)
         elif args.command == "down":
             stopped = stop_control_plane(args.workdir)
-            print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running",
-                  file=sys.stderr)
+            print(
+                f"stopped: {', '.join(stopped)}" if stopped else "nothing was running",
+                file=sys.stderr,
+            )
         else:
             state = read_state(args.workdir.resolve())
             if state is None:

@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# The trainjobs operator image: `docker build -t trainjobs/operator:0.1.0 .`
+# The tag is the chart's appVersion (charts/trainjobs/Chart.yaml), which is pyproject's version.
+#
+# Stage 1 builds the trainjobs wheel (the operator, the CLI and the built-in plugins, which
+# register through the `trainjobs` entry-point group exactly as a third-party plugin would) and
+# the wheels of its dependencies. Stage 2 installs only those wheels, from the local directory,
+# into a slim Python: no compiler, no build tools, no source tree.
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY . .
+RUN pip wheel --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="trainjobs operator" \
+      org.opencontainers.image.description="Kubernetes operator for distributed MXNet, TensorFlow and Caffe2 training jobs" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-index --find-links=/wheels trainjobs \
+ && groupadd --gid 65532 trainjobs \
+ && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin trainjobs \
+ && trainjobs --help >/dev/null
+# A numeric UID, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+USER 65532:65532
+WORKDIR /tmp
+EXPOSE 8080
+ENTRYPOINT ["trainjobs"]
+CMD ["operator"]

@@ -1,0 +1,1105 @@
+"""The Helm chart (charts/trainjobs) with a real Helm against the real control plane.
+
+What is checked, and how:
+
+- ``helm lint --strict`` is clean; the chart's CRDs are byte-identical to ``crds/``; its version
+  and appVersion follow pyproject.toml.
+- ``helm template`` with the default values and with non-default ones renders, and every
+  manifest (the ``helm test`` pod included) passes ``kubectl apply --dry-run=server`` in a
+  namespace that enforces the "restricted" Pod Security Standard.
+- The rendered RBAC is exactly the permissions the operator's code uses (no more, no wildcard).
+- ``helm install`` creates everything, installs the CRDs, ``helm test`` runs its hook pod.
+- The operator then runs *out of cluster* as a local process with the Deployment's own
+  arguments and the chart ServiceAccount's identity (a real token from the TokenRequest API, so
+  the API server authorizes exactly what the pod would be authorized), and reconciles jobs to
+  Succeeded, records Events, creates a TensorBoard Deployment, deletes a job by TTL and applies
+  the chart's controller config: the RBAC is enough. The same identity is refused Secrets and
+  everything else it does not need: the RBAC is not broad.
+- ``helm upgrade`` to two replicas and one watched namespace swaps the ClusterRole for a Role,
+  adds the Lease Role, and the operator (leader-elected) still works as that identity.
+- ``helm uninstall`` removes every object of the release (the CRDs stay, as Helm documents).
+- Invalid values are refused by values.schema.json with a message naming the value.
+
+Helm comes from ``scripts/get-helm.sh`` (built from the Go module proxy, cached); a failure to
+get it fails the tests, it never skips them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION, ControlPlane
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "trainjobs"
+GET_HELM = REPO / "scripts" / "get-helm.sh"
+STANDARD_LABELS = ("name", "instance", "version", "component", "part-of", "managed-by")
+RESTRICTED = {
+    f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")
+}
+# The `helm test` pod ends with exit code 0 on KWOK's fake nodes (there is no kubelet to run
+# its real check; see trainjobs/testing/kwok_stages.yaml).
+KWOK_TEST_POD = {"helmTest": {"podAnnotations": {EXIT_CODE_ANNOTATION: "0"}}}
+ACCELERATORS = {
+    "accelerators": {
+        "nvidia.com/gpu": {
+            "volumes": [
+                {
+                    "name": "nvidia-libs",
+                    "mountPath": "/usr/local/nvidia/lib64",
+                    "hostPath": "/opt/nvidia/lib64",
+                }
+            ],
+            "envVars": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
+        }
+    }
+}
+T = TypeVar("T")
+
+
+def wait_for(
+    check: Callable[[], T | None], what: str, timeout: float = 60.0, interval: float = 0.2
+) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# -- helm ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Helm:
+    """The helm binary with a private config/cache/data home and the test kubeconfig."""
+
+    binary: Path
+    home: Path
+    kubeconfig: Path | None = None
+
+    def __call__(
+        self, *args: str, check: bool = True, timeout: float = 300.0
+    ) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HELM_", "KUBECONFIG"))}
+        env.update(
+            HELM_CONFIG_HOME=str(self.home / "config"),
+            HELM_CACHE_HOME=str(self.home / "cache"),
+            HELM_DATA_HOME=str(self.home / "data"),
+        )
+        argv = [str(self.binary), *args]
+        if self.kubeconfig is not None:
+            argv.append(f"--kubeconfig={self.kubeconfig}")
+        result = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=timeout, check=False
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"helm {' '.join(args)} exited {result.returncode}:\n"
+                f"{result.stderr}{result.stdout[-2000:]}"
+            )
+        return result
+
+    def template(
+        self, release: str, namespace: str, values: dict[str, Any] | None = None, *extra: str
+    ) -> list[dict[str, Any]]:
+        out = self(
+            "template",
+            release,
+            str(CHART),
+            f"--namespace={namespace}",
+            *values_args(self.home, values),
+            *extra,
+        ).stdout
+        return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def values_args(home: Path, values: dict[str, Any] | None) -> list[str]:
+    """`-f FILE` for a values dict (written as YAML, as a user would)."""
+    if not values:
+        return []
+    path = home / f"values-{uuid.uuid4().hex[:8]}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return [f"--values={path}"]
+
+
+@pytest.fixture(scope="session")
+def helm_binary() -> Path:
+    """Helm from scripts/get-helm.sh (built once into the cache); fails, never skips."""
+    result = subprocess.run(
+        ["bash", str(GET_HELM)], capture_output=True, text=True, timeout=1800, check=False
+    )
+    if result.returncode != 0:
+        pytest.fail(f"{GET_HELM} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    path = Path(result.stdout.strip().splitlines()[-1])
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{GET_HELM} printed {path}, which is not an executable")
+    return path
+
+
+@pytest.fixture(scope="session")
+def helm_offline(helm_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """Helm for lint and template (no cluster)."""
+    return Helm(helm_binary, tmp_path_factory.mktemp("helm-offline"))
+
+
+@pytest.fixture(scope="session")
+def helm(
+    helm_binary: Path, kube_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Helm:
+    """Helm talking to the test control plane as its admin."""
+    return Helm(helm_binary, tmp_path_factory.mktemp("helm"), kube_cluster.kubeconfig)
+
+
+# -- cluster helpers -------------------------------------------------------------------------
+
+
+def create_namespace(
+    cluster: ControlPlane, name: str, labels: dict[str, str] | None = None
+) -> None:
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": name, "labels": labels or {}},
+            }
+        ),
+    )
+
+
+@contextlib.contextmanager
+def namespaces(cluster: ControlPlane, *names: str, restricted: bool = True) -> Iterator[None]:
+    for name in names:
+        create_namespace(cluster, name, RESTRICTED if restricted else None)
+    try:
+        yield
+    finally:
+        for name in names:
+            cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def get_json(cluster: ControlPlane, *args: str) -> Any:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def exists(cluster: ControlPlane, *args: str) -> bool:
+    result = cluster.kubectl("get", *args, "--ignore-not-found", "-o", "name", check=False)
+    assert result.returncode == 0, result.stderr
+    return bool(result.stdout.strip())
+
+
+def dry_run_server(cluster: ControlPlane, tmp: Path, docs: list[dict[str, Any]]) -> str:
+    """`kubectl apply --dry-run=server` of every manifest; returns kubectl's stderr."""
+    path = tmp / f"manifests-{uuid.uuid4().hex[:8]}.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    result = cluster.kubectl("apply", "--dry-run=server", "-f", str(path), check=False)
+    assert result.returncode == 0, f"server dry-run refused the chart:\n{result.stderr}"
+    applied = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
+    assert len(applied) == len(docs), result.stdout
+    return result.stderr
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = by_kind(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["operator"]
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+def rbac_grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+    """Rules flattened to (apiGroup, resource, verb, resourceName or '')."""
+    grants = set()
+    for rule in rules:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                for verb in rule.get("verbs", []):
+                    for name in rule.get("resourceNames") or [""]:
+                        grants.add((group, resource, verb, name))
+    return grants
+
+
+JOB_PLURALS = ("mxjobs", "tfjobs", "caffe2jobs")
+#: Exactly what trainjobs/operator/{informer,controller,events}.py call (see docs/helm.md).
+OPERATOR_GRANTS = (
+    {("trainjobs.io", p, v, "") for p in JOB_PLURALS for v in ("list", "watch", "delete")}
+    | {("trainjobs.io", f"{p}/status", "patch", "") for p in JOB_PLURALS}
+    | {("trainjobs.io", f"{p}/finalizers", "update", "") for p in JOB_PLURALS}
+    | {("", r, v, "") for r in ("pods", "services") for v in ("list", "watch", "create", "delete")}
+    | {("apps", "deployments", "create", ""), ("", "events", "create", "")}
+)
+
+
+def lease_grants(name: str) -> set[tuple[str, str, str, str]]:
+    """What trainjobs/operator/leader.py calls on its one Lease."""
+    return {
+        ("coordination.k8s.io", "leases", "create", ""),
+        ("coordination.k8s.io", "leases", "get", name),
+        ("coordination.k8s.io", "leases", "update", name),
+    }
+
+
+# -- the operator as a local process ---------------------------------------------------------
+
+
+def service_account_kubeconfig(cluster: ControlPlane, namespace: str, sa: str, path: Path) -> Path:
+    """A kubeconfig with a real token of `sa` (TokenRequest API), as an in-cluster pod has.
+
+    Not an impersonating kubeconfig (`as:`): kubernetes-asyncio ignores `as`, so the operator
+    would silently run as the admin and prove nothing about the chart's RBAC.
+    """
+    token = cluster.kubectl("create", "token", sa, "-n", namespace, "--duration=1h").stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": sa,
+                "context": {
+                    "cluster": admin["clusters"][0]["name"],
+                    "user": sa,
+                    "namespace": namespace,
+                },
+            }
+        ],
+        "current-context": sa,
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    whoami = cluster.kubectl("auth", "whoami", f"--kubeconfig={path}", "-o", "json")
+    user = json.loads(whoami.stdout)["status"]["userInfo"]["username"]
+    assert user == f"system:serviceaccount:{namespace}:{sa}"
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Operator:
+    """`python -m trainjobs.cli <the Deployment's args>` on this machine."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    port: int
+    argv: list[str] = field(default_factory=list)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def readyz(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(
+                f"operator exited {self.proc.returncode}:\n{self.log_text()[-4000:]}"
+            )
+        try:
+            url = f"http://127.0.0.1:{self.port}/readyz"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def run_operator(
+    cluster: ControlPlane, release: str, namespace: str, sa: str, tmp: Path
+) -> Iterator[Operator]:
+    """Run the operator with the args of the installed Deployment, as the chart's SA.
+
+    The in-cluster paths are swapped for local ones: --http-address goes to a free loopback
+    port, and --controller-config-file to a copy of the release's ConfigMap.
+    """
+    deployment = get_json(cluster, "deployment", release_fullname(release), "-n", namespace)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = list(container["args"])
+    assert args[0] == "operator"
+    kubeconfig = service_account_kubeconfig(cluster, namespace, sa, tmp / f"{sa}.kubeconfig")
+    port = free_port()
+    local: list[str] = []
+    for arg in args:
+        if arg.startswith("--http-address="):
+            arg = f"--http-address=127.0.0.1:{port}"
+        elif arg.startswith("--controller-config-file="):
+            in_pod = Path(arg.split("=", 1)[1])
+            mount = next(
+                m for m in container["volumeMounts"] if m["mountPath"] == str(in_pod.parent)
+            )
+            volume = next(
+                v
+                for v in deployment["spec"]["template"]["spec"]["volumes"]
+                if v["name"] == mount["name"]
+            )
+            cm = get_json(cluster, "configmap", volume["configMap"]["name"], "-n", namespace)
+            copy = tmp / in_pod.name
+            copy.write_text(cm["data"][in_pod.name])
+            arg = f"--controller-config-file={copy}"
+        local.append(arg)
+    argv = [sys.executable, "-m", "trainjobs.cli", *local, f"--kubeconfig={kubeconfig}"]
+    log = tmp / f"operator-{uuid.uuid4().hex[:6]}.log"
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp, start_new_session=True
+        )
+    operator = Operator(proc, log, port, argv)
+    try:
+        wait_for(operator.readyz, "the operator's /readyz", timeout=60)
+        yield operator
+    finally:
+        code = operator.stop()
+        text = operator.log_text()
+        assert code == 0, f"operator exited {code} on SIGTERM:\n{text[-4000:]}"
+    denied = [line for line in text.splitlines() if re.search(r"\b403\b|forbidden", line, re.I)]
+    assert not denied, "the operator was refused API calls:\n" + "\n".join(denied[:20])
+
+
+def release_fullname(release: str) -> str:
+    return release if "trainjobs" in release else f"{release}-trainjobs"
+
+
+def job_manifest(
+    kind: str, name: str, replica_specs: dict[str, Any], **spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainjobs.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {"replicaSpecs": replica_specs, **spec},
+    }
+
+
+def replica(
+    container: str, replicas: int = 1, exit_code: str | None = None, **container_fields: Any
+) -> dict[str, Any]:
+    annotations = {RUN_DURATION_ANNOTATION: "1s"}
+    if exit_code is not None:
+        annotations[EXIT_CODE_ANNOTATION] = exit_code
+    return {
+        "replicas": replicas,
+        "restartPolicy": "Never",
+        "template": {
+            "metadata": {"annotations": annotations},
+            "spec": {
+                "containers": [
+                    {"name": container, "image": "example.invalid/train:1", **container_fields}
+                ]
+            },
+        },
+    }
+
+
+def mxjob(name: str) -> dict[str, Any]:
+    """Scheduler and Server run until cleaned up; both Workers exit 0 after a second."""
+    return job_manifest(
+        "MxJob",
+        name,
+        {
+            "Scheduler": replica("mxnet"),
+            "Server": replica("mxnet"),
+            "Worker": replica("mxnet", replicas=2, exit_code="0"),
+        },
+        runPolicy={"cleanPodPolicy": "Running"},
+    )
+
+
+def apply(cluster: ControlPlane, namespace: str, obj: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(obj))
+
+
+def wait_succeeded(cluster: ControlPlane, namespace: str, ref: str, timeout: float = 90) -> None:
+    """Wait for the job's Succeeded condition; fail at once if it Failed."""
+
+    def finished() -> dict[str, Any] | None:
+        job: dict[str, Any] = get_json(cluster, ref, "-n", namespace)
+        conditions = (job.get("status") or {}).get("conditions") or []
+        done = {c["type"] for c in conditions if c.get("status") == "True"}
+        return job if done & {"Succeeded", "Failed"} else None
+
+    job = wait_for(finished, f"{ref} to finish", timeout=timeout, interval=0.5)
+    assert job["status"]["state"] == "Succeeded", yaml.safe_dump(job["status"])
+
+
+def can_i(
+    cluster: ControlPlane, identity: str, verb: str, resource: str, namespace: str | None
+) -> bool:
+    scope = ["-n", namespace] if namespace else ["--all-namespaces"]
+    resource, _, sub = resource.partition("/")
+    subresource = [f"--subresource={sub}"] if sub else []
+    result = cluster.kubectl(
+        "auth", "can-i", verb, resource, *subresource, *scope, f"--as={identity}", check=False
+    )
+    answer = result.stdout.strip()
+    assert answer in ("yes", "no"), result.stderr
+    return answer == "yes"
+
+
+# -- static: lint, versions, CRDs ------------------------------------------------------------
+
+
+def test_helm_lint_strict_is_clean(helm_offline: Helm) -> None:
+    for values in (
+        {},
+        {
+            "replicaCount": 2,
+            "watchNamespaces": ["a", "b"],
+            "logFormat": "json",
+            "controllerConfig": ACCELERATORS,
+            "podDisruptionBudget": {"enabled": True},
+            "serviceMonitor": {"enabled": True},
+        },
+    ):
+        result = helm_offline(
+            "lint", "--strict", str(CHART), *values_args(helm_offline.home, values)
+        )
+        assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout, result.stdout
+        assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+
+
+def test_chart_versions_follow_pyproject_and_crds_match_the_repository() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert chart["apiVersion"] == "v2"
+    assert chart["version"] == project["version"]
+    assert chart["appVersion"] == project["version"]
+    repo = sorted(p.name for p in (REPO / "crds").glob("*.yaml"))
+    ours = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert repo and ours == repo, "charts/trainjobs/crds/ differs from crds/: make crds"
+    for name in repo:
+        assert (CHART / "crds" / name).read_bytes() == (REPO / "crds" / name).read_bytes(), (
+            f"charts/trainjobs/crds/{name} is stale: run `cp crds/*.yaml charts/trainjobs/crds/`"
+            " (make crds)"
+        )
+
+
+# -- static: what the templates render -------------------------------------------------------
+
+
+def test_default_render_is_secure_labelled_and_least_privilege(helm_offline: Helm) -> None:
+    docs = helm_offline.template("rel", "ops")
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Pod",
+        "Service",
+        "ServiceAccount",
+    ]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        for key in STANDARD_LABELS:
+            assert labels.get(f"app.kubernetes.io/{key}"), (doc["kind"], key)
+        assert labels["app.kubernetes.io/version"] == chart["appVersion"]
+        assert labels["app.kubernetes.io/part-of"] == "trainjobs"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+
+    deployment = one(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = operator_container(docs)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert container["image"] == f"trainjobs/operator:{chart['appVersion']}"
+    assert container["args"] == [
+        "operator",
+        "--http-address=0.0.0.0:8080",
+        "--concurrency=16",
+        "--log-format=text",
+        "--log-level=info",
+        "--status-coalesce=1",
+    ]
+    assert pod["serviceAccountName"] == "rel-trainjobs"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+
+    service = one(docs, "Service")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["name"] == "http-metrics"
+    # Every selector label is on the pod template; the helm test pod is not selected.
+    template_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= template_labels.items()
+    test_pod = one(docs, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert not service["spec"]["selector"].items() <= test_pod["metadata"]["labels"].items()
+    assert "/readyz" in " ".join(test_pod["spec"]["containers"][0]["command"])
+    assert "rel-trainjobs-metrics.ops.svc:8080" in test_pod["spec"]["containers"][0]["command"][2]
+
+    role = one(docs, "ClusterRole")
+    assert rbac_grants(role["rules"]) == OPERATOR_GRANTS
+    assert not any("*" in str(rule) for rule in role["rules"])
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rel-trainjobs", "namespace": "ops"}
+    ]
+
+
+def test_non_default_render(helm_offline: Helm) -> None:
+    docs = helm_offline.template(
+        "rel",
+        "ops",
+        {
+            "replicaCount": 2,
+            "watchNamespaces": ["team-a", "team-b"],
+            "logFormat": "json",
+            "logLevel": "debug",
+            "concurrency": 4,
+            "image": {"tag": "dev"},
+            "controllerConfig": ACCELERATORS,
+            "podDisruptionBudget": {"enabled": True},
+            "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+            "rbac": {"extraJobResources": ["pytorchjobs"]},
+        },
+    )
+    container = operator_container(docs)
+    assert container["image"] == "trainjobs/operator:dev"
+    args = container["args"]
+    for arg in (
+        "--log-format=json",
+        "--log-level=debug",
+        "--concurrency=4",
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--leader-elect",
+        "--leader-election-namespace=ops",
+        "--leader-election-id=rel-trainjobs",
+        "--controller-config-file=/etc/trainjobs/controller-config.yaml",
+    ):
+        assert arg in args, (arg, args)
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert "checksum/controller-config" in deployment["spec"]["template"]["metadata"]["annotations"]
+
+    # The controller config: a ConfigMap, mounted where the argument points.
+    cm = one(docs, "ConfigMap")
+    assert yaml.safe_load(cm["data"]["controller-config.yaml"]) == ACCELERATORS
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "controller-config")
+    assert mount["mountPath"] == "/etc/trainjobs" and mount["readOnly"] is True
+
+    # One namespace-scoped grant per watched namespace, nothing cluster-wide.
+    assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind(docs, "Role")}
+    extra = {("trainjobs.io", "pytorchjobs", v, "") for v in ("list", "watch", "delete")} | {
+        ("trainjobs.io", "pytorchjobs/status", "patch", ""),
+        ("trainjobs.io", "pytorchjobs/finalizers", "update", ""),
+    }
+    for ns in ("team-a", "team-b"):
+        assert rbac_grants(roles[(ns, "rel-trainjobs")]["rules"]) == OPERATOR_GRANTS | extra
+    assert rbac_grants(roles[("ops", "rel-trainjobs-leader-election")]["rules"]) == lease_grants(
+        "rel-trainjobs"
+    )
+    bindings = {
+        (b["metadata"]["namespace"], b["roleRef"]["name"]) for b in by_kind(docs, "RoleBinding")
+    }
+    assert bindings == {
+        ("team-a", "rel-trainjobs"),
+        ("team-b", "rel-trainjobs"),
+        ("ops", "rel-trainjobs-leader-election"),
+    }
+
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items()
+        <= one(docs, "Service")["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == "http-metrics"
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+def test_leader_election_can_be_enabled_with_one_replica(helm_offline: Helm) -> None:
+    docs = helm_offline.template(
+        "trainjobs",
+        "ops",
+        {"leaderElection": {"enabled": True, "namespace": "leases", "id": "my-lease"}},
+    )
+    args = operator_container(docs)["args"]
+    assert "--leader-elect" in args and "--leader-election-namespace=leases" in args
+    assert "--leader-election-id=my-lease" in args
+    role = next(r for r in by_kind(docs, "Role") if r["metadata"]["namespace"] == "leases")
+    assert rbac_grants(role["rules"]) == lease_grants("my-lease")
+    # The release name already holds the chart name: no "trainjobs-trainjobs".
+    assert one(docs, "Deployment")["metadata"]["name"] == "trainjobs"
+
+
+# -- server-side dry run of the rendered manifests -------------------------------------------
+
+
+NON_DEFAULT = {
+    "replicaCount": 2,
+    "logFormat": "json",
+    "logLevel": "warning",
+    "controllerConfig": ACCELERATORS,
+    "serviceMonitor": {"enabled": False},
+    "podDisruptionBudget": {"enabled": True},
+}
+
+
+@pytest.mark.parametrize("case", ["default", "non-default"])
+def test_rendered_manifests_pass_server_dry_run(
+    case: str, helm: Helm, kube_cluster: ControlPlane, tmp_path: Path
+) -> None:
+    ns, watched = unique("helm-dry"), unique("helm-watched")
+    values: dict[str, Any] = (
+        {} if case == "default" else {**NON_DEFAULT, "watchNamespaces": [watched]}
+    )
+    docs = helm.template(unique("rel"), ns, values)
+    expected = {"Deployment", "ServiceAccount", "Service", "Pod"} | (
+        {"ClusterRole", "ClusterRoleBinding"}
+        if case == "default"
+        else {"Role", "RoleBinding", "ConfigMap", "PodDisruptionBudget"}
+    )
+    assert {d["kind"] for d in docs} == expected
+    with namespaces(kube_cluster, ns, watched):
+        warnings = dry_run_server(kube_cluster, tmp_path, docs)
+    # The namespaces enforce and warn on the "restricted" Pod Security Standard.
+    assert "PodSecurity" not in warnings, warnings
+
+
+# -- install, operate, refuse, upgrade, uninstall --------------------------------------------
+
+
+@dataclass
+class Release:
+    name: str
+    namespace: str
+    sa: str
+    fullname: str
+
+
+@pytest.fixture(scope="module")
+def installed(helm: Helm, kube_cluster: ControlPlane) -> Iterator[Release]:
+    """A release with the default values plus a controller config, cluster-wide."""
+    name, ns = unique("tj"), unique("helm-install")
+    create_namespace(kube_cluster, ns, RESTRICTED)
+    values = {"controllerConfig": ACCELERATORS, **KWOK_TEST_POD}
+    try:
+        helm(
+            "install",
+            name,
+            str(CHART),
+            f"--namespace={ns}",
+            "--wait",
+            "--timeout=120s",
+            *values_args(helm.home, values),
+        )
+        yield Release(name, ns, f"{name}-trainjobs", f"{name}-trainjobs")
+    finally:
+        helm("uninstall", name, f"--namespace={ns}", "--wait", check=False)
+        kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_install_creates_everything_and_helm_test_passes(
+    installed: Release, helm: Helm, kube_cluster: ControlPlane
+) -> None:
+    ns, full = installed.namespace, installed.fullname
+    for ref in (
+        f"deployment/{full}",
+        f"serviceaccount/{full}",
+        f"service/{full}-metrics",
+        f"configmap/{full}-config",
+    ):
+        assert exists(kube_cluster, ref, "-n", ns), ref
+    for ref in (f"clusterrole/{full}", f"clusterrolebinding/{full}"):
+        assert exists(kube_cluster, ref), ref
+    # The chart's crds/ are installed (or were already) and serve.
+    for plural in JOB_PLURALS:
+        kube_cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{plural}.trainjobs.io"
+        )
+    status = json.loads(helm("status", installed.name, f"--namespace={ns}", "-o", "json").stdout)
+    assert status["info"]["status"] == "deployed"
+    notes = status["info"]["notes"]
+    assert f"kubectl -n {ns} rollout status deployment/{full}" in notes, notes
+    assert f"ConfigMap {full}-config" in notes and "all namespaces" in notes, notes
+    # The Deployment's pods were admitted under the "restricted" Pod Security Standard.
+    deployment = get_json(kube_cluster, "deployment", full, "-n", ns)
+    assert deployment["status"].get("readyReplicas") == 1
+    result = helm("test", installed.name, f"--namespace={ns}", "--timeout=90s")
+    assert re.search(r"TEST SUITE:\s+\S+-test-readyz", result.stdout), result.stdout
+    assert "Phase:          Succeeded" in result.stdout, result.stdout
+
+
+def test_operator_as_the_chart_service_account_reconciles_jobs(
+    installed: Release, kube_cluster: ControlPlane, kube_namespace: str, tmp_path: Path
+) -> None:
+    ns = kube_namespace
+    with run_operator(
+        kube_cluster, installed.name, installed.namespace, installed.sa, tmp_path
+    ) as operator:
+        # list/watch jobs, pods, services; create pods and services; patch status; events.
+        apply(kube_cluster, ns, mxjob("mnist"))
+        wait_succeeded(kube_cluster, ns, "mxjob/mnist")
+        # cleanPodPolicy Running: the operator deleted the scheduler's and server's pods.
+        wait_for(
+            lambda: (
+                not get_json(
+                    kube_cluster,
+                    "pods",
+                    "-n",
+                    ns,
+                    "-l",
+                    "trainjobs.io/job-name=mnist,trainjobs.io/replica-type in (scheduler,server)",
+                )["items"]
+            ),
+            "the running pods of a finished job to be deleted",
+        )
+        events = get_json(
+            kube_cluster, "events", "-n", ns, "--field-selector=involvedObject.name=mnist"
+        )["items"]
+        assert any(e.get("reportingComponent") == "trainjobs-operator" for e in events), (
+            f"no Event from the operator on mxjob/mnist: {events}"
+        )
+
+        # create deployments (TensorBoard) and delete jobs (ttlSecondsAfterFinished).
+        apply(
+            kube_cluster,
+            ns,
+            job_manifest(
+                "TfJob",
+                "board",
+                {"Worker": replica("tensorflow", exit_code="0")},
+                tensorboard={"logDir": "/logs"},
+                runPolicy={"ttlSecondsAfterFinished": 2},
+            ),
+        )
+        wait_for(
+            lambda: exists(kube_cluster, "deployment/board-tensorboard", "-n", ns),
+            "the TensorBoard Deployment",
+        )
+        kube_cluster.kubectl(
+            "wait", "-n", ns, "--for=delete", "tfjob/board", "--timeout=90s", timeout=100
+        )
+
+        # The chart's controllerConfig reached the operator: a GPU container gets its volume
+        # and variable (the pod stays Pending: the fake nodes have no GPUs).
+        apply(
+            kube_cluster,
+            ns,
+            job_manifest(
+                "Caffe2Job",
+                "gpu",
+                {"Worker": replica("caffe2", resources={"limits": {"nvidia.com/gpu": "1"}})},
+            ),
+        )
+        pod = wait_for(
+            lambda: get_json(kube_cluster, "pods", "-n", ns, "-l", "trainjobs.io/job-name=gpu")[
+                "items"
+            ],
+            "the GPU pod",
+        )[0]
+        container = pod["spec"]["containers"][0]
+        assert {"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"} in container["env"]
+        assert {
+            "name": "nvidia-libs",
+            "hostPath": {"path": "/opt/nvidia/lib64", "type": ""},
+        } in pod["spec"]["volumes"]
+        assert operator.readyz()
+
+
+def test_chart_identity_is_refused_what_the_operator_does_not_need(
+    installed: Release, kube_cluster: ControlPlane, kube_namespace: str
+) -> None:
+    identity = f"system:serviceaccount:{installed.namespace}:{installed.sa}"
+    result = kube_cluster.kubectl(
+        "get", "secrets", "-n", kube_namespace, f"--as={identity}", check=False
+    )
+    assert result.returncode != 0
+    assert "Forbidden" in result.stderr and 'cannot list resource "secrets"' in result.stderr, (
+        result.stderr
+    )
+    ns = kube_namespace
+    allowed = [
+        ("list", "pods"),
+        ("watch", "services"),
+        ("create", "pods"),
+        ("delete", "services"),
+        ("patch", "mxjobs.trainjobs.io/status"),
+        ("delete", "tfjobs.trainjobs.io"),
+        ("create", "deployments.apps"),
+        ("create", "events"),
+    ]
+    refused = [
+        ("get", "secrets"),
+        ("list", "configmaps"),
+        ("update", "pods"),
+        ("patch", "pods"),
+        ("create", "pods/exec"),
+        ("get", "pods/log"),
+        ("update", "mxjobs.trainjobs.io"),
+        ("create", "mxjobs.trainjobs.io"),
+        ("patch", "mxjobs.trainjobs.io"),
+        ("delete", "deployments.apps"),
+        ("update", "deployments.apps"),
+        ("create", "roles.rbac.authorization.k8s.io"),
+        ("create", "leases.coordination.k8s.io"),
+        ("delete", "events"),
+        ("create", "serviceaccounts/token"),
+    ]
+    for verb, resource in allowed:
+        assert can_i(kube_cluster, identity, verb, resource, ns), (verb, resource)
+    for verb, resource in refused:
+        assert not can_i(kube_cluster, identity, verb, resource, ns), (verb, resource)
+    assert not can_i(kube_cluster, identity, "list", "nodes", None)
+    assert not can_i(kube_cluster, identity, "create", "customresourcedefinitions", None)
+
+
+def test_upgrade_to_leader_election_and_one_namespace(
+    helm: Helm, kube_cluster: ControlPlane, tmp_path: Path
+) -> None:
+    name, ns, jobs, other = unique("up"), unique("helm-up"), unique("team"), unique("other")
+    full = f"{name}-trainjobs"
+    sa = f"system:serviceaccount:{ns}:{full}"
+    with namespaces(kube_cluster, ns), namespaces(kube_cluster, jobs, other, restricted=False):
+        try:
+            helm("install", name, str(CHART), f"--namespace={ns}", "--wait", "--timeout=120s")
+            assert exists(kube_cluster, f"clusterrole/{full}")
+            assert can_i(kube_cluster, sa, "list", "pods", None)
+            helm(
+                "upgrade",
+                name,
+                str(CHART),
+                f"--namespace={ns}",
+                "--wait",
+                "--timeout=120s",
+                *values_args(
+                    helm.home, {"replicaCount": 2, "watchNamespaces": [jobs], "logFormat": "json"}
+                ),
+            )
+            history = json.loads(helm("history", name, f"--namespace={ns}", "-o", "json").stdout)
+            assert [h["revision"] for h in history] == [1, 2], history
+            assert history[-1]["status"] == "deployed"
+
+            deployment = get_json(kube_cluster, "deployment", full, "-n", ns)
+            assert deployment["spec"]["replicas"] == 2
+            args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            assert {
+                "--leader-elect",
+                f"--namespace={jobs}",
+                "--log-format=json",
+                f"--leader-election-namespace={ns}",
+            } <= set(args)
+            # The cluster-wide grant is gone; a Role in the watched namespace replaced it.
+            assert not exists(kube_cluster, f"clusterrole/{full}")
+            assert not exists(kube_cluster, f"clusterrolebinding/{full}")
+            assert exists(kube_cluster, f"role/{full}", "-n", jobs)
+            assert exists(kube_cluster, f"role/{full}-leader-election", "-n", ns)
+            assert can_i(kube_cluster, sa, "list", "pods", jobs)
+            assert not can_i(kube_cluster, sa, "list", "pods", other)
+            assert not can_i(kube_cluster, sa, "list", "pods", None)
+
+            with run_operator(kube_cluster, name, ns, full, tmp_path) as operator:
+                lease = wait_for(
+                    lambda: exists(kube_cluster, f"lease/{full}", "-n", ns), "the operator's Lease"
+                )
+                assert lease
+                holder = get_json(kube_cluster, "lease", full, "-n", ns)["spec"]["holderIdentity"]
+                assert holder
+                apply(kube_cluster, jobs, mxjob("upgraded"))
+                wait_succeeded(kube_cluster, jobs, "mxjob/upgraded")
+                lines = [ln for ln in operator.log_text().splitlines() if ln.strip()]
+                assert lines and all(json.loads(ln) for ln in lines), lines[:5]
+            # SIGTERM released the Lease for a standby.
+            assert not get_json(kube_cluster, "lease", full, "-n", ns)["spec"].get("holderIdentity")
+
+            # And back to the defaults: Recreate again, cluster-wide again, no Lease Role.
+            helm(
+                "upgrade",
+                name,
+                str(CHART),
+                f"--namespace={ns}",
+                "--reset-values",
+                "--wait",
+                "--timeout=120s",
+            )
+            deployment = get_json(kube_cluster, "deployment", full, "-n", ns)
+            assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+            assert exists(kube_cluster, f"clusterrole/{full}")
+            assert not exists(kube_cluster, f"role/{full}", "-n", jobs)
+            assert not exists(kube_cluster, f"role/{full}-leader-election", "-n", ns)
+        finally:
+            helm("uninstall", name, f"--namespace={ns}", "--wait", check=False)
+
+
+RELEASE_KINDS = (
+    "deployments,replicasets,pods,services,serviceaccounts,configmaps,roles,"
+    "rolebindings,poddisruptionbudgets"
+)
+
+
+def test_uninstall_removes_everything(helm: Helm, kube_cluster: ControlPlane) -> None:
+    name, ns, watched = unique("un"), unique("helm-un"), unique("helm-un-watched")
+    with namespaces(kube_cluster, ns, watched):
+        values = {**NON_DEFAULT, "watchNamespaces": [watched], **KWOK_TEST_POD}
+        helm(
+            "install",
+            name,
+            str(CHART),
+            f"--namespace={ns}",
+            "--wait",
+            "--timeout=120s",
+            *values_args(helm.home, values),
+        )
+        selector = f"app.kubernetes.io/instance={name}"
+        for where in (ns, watched):
+            assert get_json(kube_cluster, RELEASE_KINDS, "-n", where, "-l", selector)["items"]
+        helm("uninstall", name, f"--namespace={ns}", "--wait", "--timeout=120s")
+        for where in (ns, watched):
+            left = get_json(kube_cluster, RELEASE_KINDS, "-n", where, "-l", selector)["items"]
+            assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
+        assert not get_json(kube_cluster, "clusterroles,clusterrolebindings", "-l", selector)[
+            "items"
+        ]
+        assert not json.loads(helm("list", f"--namespace={ns}", "-o", "json").stdout)
+        # Helm never deletes CRDs (that would delete every job): they stay.
+        assert exists(kube_cluster, "crd/mxjobs.trainjobs.io")
+
+
+# -- values the schema refuses ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicaCount": "two"}, "at '/replicaCount': got string, want integer"),
+        ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'text', 'json'"),
+        ({"logLevel": "verbose"}, "at '/logLevel': value must be one of"),
+        ({"replicas": 2}, "additional properties 'replicas' not allowed"),
+        ({"image": {"tag": 1.0}}, "at '/image/tag': got number, want string"),
+        ({"watchNamespaces": ["Team_A"]}, "at '/watchNamespaces/0'"),
+        ({"concurrency": 0}, "at '/concurrency': minimum: got 0, want 1"),
+        (
+            {"controllerConfig": {"accelerator": {}}},
+            "at '/controllerConfig': additional properties 'accelerator' not allowed",
+        ),
+        (
+            {"leaderElection": {"renewDeadline": 30}},
+            "leaderElection.renewDeadline (30) must be less than leaderElection.leaseDuration (15)",
+        ),
+        (
+            {"podDisruptionBudget": {"enabled": True, "minAvailable": 1}},
+            "set only one of minAvailable and maxUnavailable",
+        ),
+    ],
+    ids=[
+        "replicas-string",
+        "log-format",
+        "log-level",
+        "unknown-key",
+        "tag-number",
+        "namespace-name",
+        "concurrency",
+        "config-key",
+        "lease-timing",
+        "pdb-both",
+    ],
+)
+def test_invalid_values_are_refused_with_a_clear_message(
+    values: dict[str, Any], message: str, helm_offline: Helm
+) -> None:
+    result = helm_offline(
+        "template", "rel", str(CHART), *values_args(helm_offline.home, values), check=False
+    )
+    assert result.returncode != 0, result.stdout[:500]
+    assert message in result.stderr, result.stderr
+
+
+def test_install_with_invalid_values_creates_nothing(
+    helm: Helm, kube_cluster: ControlPlane
+) -> None:
+    name, ns = unique("bad"), unique("helm-bad")
+    with namespaces(kube_cluster, ns):
+        result = helm(
+            "install",
+            name,
+            str(CHART),
+            f"--namespace={ns}",
+            *values_args(helm.home, {"replicaCount": "two", "logFormat": "xml"}),
+            check=False,
+        )
+        assert result.returncode != 0
+        assert "values don't meet the specifications of the schema" in result.stderr
+        assert "at '/replicaCount': got string, want integer" in result.stderr
+        assert "at '/logFormat': value must be one of 'text', 'json'" in result.stderr
+        assert not json.loads(helm("list", f"--namespace={ns}", "-o", "json").stdout)
+        assert not get_json(
+            kube_cluster,
+            "deployments,serviceaccounts",
+            "-n",
+            ns,
+            "-l",
+            f"app.kubernetes.io/instance={name}",
+        )["items"]
