@@ -28,7 +28,9 @@ INT_OR_STRING = {
     "io.k8s.apimachinery.pkg.api.resource.Quantity",
 }
 TEMPLATE_METADATA_FIELDS = ("annotations", "labels", "name", "namespace", "finalizers")
-DROPPED_KEYS = {"x-kubernetes-patch-merge-key", "x-kubernetes-patch-strategy", "x-kubernetes-unions"}
+DROPPED_KEYS = {
+    "x-kubernetes-patch-merge-key", "x-kubernetes-patch-strategy", "x-kubernetes-unions",
+}
 
 
 def openapi_path() -> Path:

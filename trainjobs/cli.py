@@ -12,9 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainjobs.yamlio import dump_all
-
 from trainjobs.errors import SpecInvalid, TrainjobsError
+from trainjobs.yamlio import dump_all
 
 __all__ = ["main"]
 
@@ -90,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = sub.add_parser("plugins", help="list installed plugins and their packages")
     plugins.set_defaults(func=_cmd_plugins)
 
-    from trainjobs.local.runner import add_run_arguments
-    from trainjobs.operator.main import add_operator_arguments
+    from trainjobs.local.options import add_run_arguments
+    from trainjobs.operator.options import add_operator_arguments
 
     op = sub.add_parser("operator", help="run the Kubernetes controller")
     add_operator_arguments(op)

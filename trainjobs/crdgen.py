@@ -8,19 +8,17 @@ schema cannot say (replica types and counts per kind, Chief xor Master, name len
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
-
-from trainjobs.yamlio import dump_all
 
 from trainjobs.api.models import GROUP, VERSION, JobStatus
 from trainjobs.api.podtemplate import crd_template_schema
 from trainjobs.core.validation import MAX_NAME_LENGTH
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework
+from trainjobs.yamlio import dump_all
 
-__all__ = ["CATEGORY", "crd_for", "crd_file_name", "structural", "write_crds"]
+__all__ = ["CATEGORY", "crd_file_name", "crd_for", "structural", "write_crds"]
 
 CATEGORY = "trainjobs"
 MAX_REPLICA_TYPES = 8
@@ -60,9 +58,7 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
                 out["enum"] = [value]
             elif key == "format" and value == "date-time":
                 out[key] = value
-            elif key == "format":
-                continue
-            elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+            elif key == "format" or key in ("exclusiveMinimum", "exclusiveMaximum"):
                 continue
             else:
                 out[key] = value
@@ -122,8 +118,9 @@ def _replica_rules(framework: Framework) -> list[dict[str, str]]:
 
 def _root_rules() -> list[dict[str, str]]:
     name_rule = (
-        "self.spec.replicaSpecs.all(k, size(self.metadata.name) + size(k) + "
-        f"size(string(self.spec.replicaSpecs[k].replicas)) + 2 <= {MAX_NAME_LENGTH})"
+        "self.spec.replicaSpecs.all(k, self.spec.replicaSpecs[k].replicas == 0 || "
+        "size(self.metadata.name) + size(k) + "
+        f"size(string(self.spec.replicaSpecs[k].replicas - 1)) + 2 <= {MAX_NAME_LENGTH})"
     )
     return [
         {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",

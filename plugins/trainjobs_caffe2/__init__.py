@@ -104,6 +104,9 @@ class Caffe2Plugin(FrameworkPlugin):
             values["REDIS_PORT"] = str(spec.backend.redis_port)
         elif backend == "nfs" and spec.backend.nfs_path:
             values["NFS_PATH"] = spec.backend.nfs_path
+        if ctx.backend == "local":
+            # Gloo picks the interface of the host name; on one machine that must be loopback.
+            values["GLOO_SOCKET_IFNAME"] = "lo"
         config = {"cluster": {"worker": [str(a) for a in workers]},
                   "task": {"type": "worker", "index": replica.index}}
         values["CAFFE2_CONFIG"] = json.dumps(config, separators=(",", ":"))

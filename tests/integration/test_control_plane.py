@@ -25,6 +25,7 @@ from trainjobs.testing import (
     RUN_DURATION_ANNOTATION,
     ClusterOptions,
     ControlPlane,
+    apply_crds,
 )
 
 pytestmark = pytest.mark.integration
@@ -426,3 +427,53 @@ def test_cli_up_and_down_leave_no_process(tmp_path: Path) -> None:
         check=False,
     )
     assert again.returncode == 0, again.stderr
+
+
+WIDGET_CRD = """\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.trainjobs.io
+spec:
+  group: example.trainjobs.io
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer, minimum: 1}
+"""
+
+
+def test_apply_crds_waits_until_established(
+    kube_cluster: ControlPlane, kube_namespace: str, tmp_path: Path
+) -> None:
+    (tmp_path / "crds").mkdir()
+    (tmp_path / "crds" / "widget.yaml").write_text(WIDGET_CRD)
+    names = apply_crds(
+        kube_cluster.kubeconfig, tmp_path / "crds", kubectl=kube_cluster.bin_dir / "kubectl"
+    )
+    assert names == ["widgets.example.trainjobs.io"]
+    # Established means served: a custom resource is validated against the schema at once.
+    bad = {
+        "apiVersion": "example.trainjobs.io/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"size": 0},
+    }
+    rejected = kube_cluster.kubectl(
+        "-n", kube_namespace, "apply", "-f", "-", input=json.dumps(bad), check=False
+    )
+    assert rejected.returncode != 0 and "spec.size" in rejected.stderr
+    bad["spec"] = {"size": 2}
+    kube_cluster.kubectl("-n", kube_namespace, "apply", "-f", "-", input=json.dumps(bad))
+    # Applying again is a no-op, not a conflict.
+    assert apply_crds(kube_cluster.kubeconfig, tmp_path / "crds") == names

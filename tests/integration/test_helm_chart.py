@@ -210,6 +210,23 @@ def namespaces(cluster: ControlPlane, *names: str, restricted: bool = True) -> I
             cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+@contextlib.contextmanager
+def explained(cluster: ControlPlane, *names: str) -> Iterator[None]:
+    """On a failed assertion, add what the namespaces hold (workloads, pods, events)."""
+    try:
+        yield
+    except AssertionError as exc:
+        state = []
+        for ns in names:
+            for what in (
+                ["get", "deployments,replicasets,pods,leases", "-o", "wide"],
+                ["get", "events", "--sort-by=.lastTimestamp"],
+            ):
+                out = cluster.kubectl(*what, "-n", ns, check=False)
+                state.append(f"$ kubectl {' '.join(what)} -n {ns}\n{out.stdout}{out.stderr}")
+        raise AssertionError(f"{exc}\n\n" + "\n".join(state)) from None
+
+
 def get_json(cluster: ControlPlane, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
 
@@ -747,15 +764,16 @@ def installed(helm: Helm, kube_cluster: ControlPlane) -> Iterator[Release]:
     create_namespace(kube_cluster, ns, RESTRICTED)
     values = {"controllerConfig": ACCELERATORS, **KWOK_TEST_POD}
     try:
-        helm(
-            "install",
-            name,
-            str(CHART),
-            f"--namespace={ns}",
-            "--wait",
-            "--timeout=120s",
-            *values_args(helm.home, values),
-        )
+        with explained(kube_cluster, ns):
+            helm(
+                "install",
+                name,
+                str(CHART),
+                f"--namespace={ns}",
+                "--wait",
+                "--timeout=120s",
+                *values_args(helm.home, values),
+            )
         yield Release(name, ns, f"{name}-trainjobs", f"{name}-trainjobs")
     finally:
         helm("uninstall", name, f"--namespace={ns}", "--wait", check=False)
@@ -923,7 +941,11 @@ def test_upgrade_to_leader_election_and_one_namespace(
     name, ns, jobs, other = unique("up"), unique("helm-up"), unique("team"), unique("other")
     full = f"{name}-trainjobs"
     sa = f"system:serviceaccount:{ns}:{full}"
-    with namespaces(kube_cluster, ns), namespaces(kube_cluster, jobs, other, restricted=False):
+    with (
+        namespaces(kube_cluster, ns),
+        namespaces(kube_cluster, jobs, other, restricted=False),
+        explained(kube_cluster, ns, jobs),
+    ):
         try:
             helm("install", name, str(CHART), f"--namespace={ns}", "--wait", "--timeout=120s")
             assert exists(kube_cluster, f"clusterrole/{full}")
@@ -1002,7 +1024,7 @@ RELEASE_KINDS = (
 
 def test_uninstall_removes_everything(helm: Helm, kube_cluster: ControlPlane) -> None:
     name, ns, watched = unique("un"), unique("helm-un"), unique("helm-un-watched")
-    with namespaces(kube_cluster, ns, watched):
+    with namespaces(kube_cluster, ns, watched), explained(kube_cluster, ns):
         values = {**NON_DEFAULT, "watchNamespaces": [watched], **KWOK_TEST_POD}
         helm(
             "install",

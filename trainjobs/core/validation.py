@@ -24,8 +24,7 @@ __all__ = ["DNS1035", "MAX_NAME_LENGTH", "load_job_file", "parse_job", "parse_jo
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME_LENGTH = 63
-# Objects named <job>-<suffix> that plugins may create beside the replicas.
-LONGEST_EXTRA_SUFFIX = "-tensorboard"
+TOP_LEVEL_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 
 
 def load_job_file(path: Path, plugins: PluginManager) -> list[Job]:
@@ -61,7 +60,8 @@ def parse_job(doc: Any, plugins: PluginManager, source: str = "") -> Job:
         known = ", ".join(plugins.frameworks) or "none"
         raise SpecInvalid([SpecError("kind", f"unknown kind {kind!r} (installed kinds: {known})")],
                           source)
-    errors: list[SpecError] = []
+    errors: list[SpecError] = [SpecError(key, "unknown field") for key in sorted(map(str, doc))
+                               if key not in TOP_LEVEL_FIELDS]
     if doc.get("apiVersion") != API_VERSION:
         errors.append(SpecError("apiVersion", f"must be {API_VERSION}, got "
                                               f"{doc.get('apiVersion')!r}"))
@@ -105,10 +105,11 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager) -> list[Sp
     from trainjobs.core.render import render_job  # render imports this module's helpers
 
     try:
-        render_job(job, framework, plugins, backend="kubernetes")
+        rendered = render_job(job, framework, plugins, backend="kubernetes")
     except SpecInvalid as exc:
-        errors += exc.errors
-    return errors
+        return errors + exc.errors
+    names = [o["metadata"]["name"] for o in rendered.manifests()]
+    return errors + _check_derived_names(job, names)
 
 
 def _parse_metadata(raw: Any, errors: list[SpecError]) -> ObjectMeta | None:
@@ -188,13 +189,15 @@ def _check_names(job: Job, framework: Framework) -> list[SpecError]:
         return [SpecError("metadata.name", f"{name!r} must be a DNS-1035 label: lowercase "
                                            "letters, digits and '-', starting with a letter "
                                            "and ending with a letter or digit")]
-    longest = LONGEST_EXTRA_SUFFIX
-    for key, rspec in job.spec.replica_specs.items():
-        suffix = f"-{key.lower()}-{max(rspec.replicas - 1, 0)}"
-        longest = max(longest, suffix, key=len)
-    if len(name) + len(longest) > MAX_NAME_LENGTH:
-        return [SpecError("metadata.name", f"{name!r} is too long: the derived name "
-                          f"'{name}{longest}' has {len(name) + len(longest)} characters, more "
-                          f"than {MAX_NAME_LENGTH}; use at most "
-                          f"{MAX_NAME_LENGTH - len(longest)} characters")]
     return []
+
+
+def _check_derived_names(job: Job, names: list[str]) -> list[SpecError]:
+    """Every object the job would own must have a valid name (pods, Services, extras)."""
+    longest = max(names, key=len, default="")
+    if len(longest) <= MAX_NAME_LENGTH:
+        return []
+    excess = len(longest) - MAX_NAME_LENGTH
+    return [SpecError("metadata.name", f"{job.metadata.name!r} is too long: the derived name "
+                      f"'{longest}' has {len(longest)} characters, more than "
+                      f"{MAX_NAME_LENGTH}; use at most {len(job.metadata.name) - excess} characters")]

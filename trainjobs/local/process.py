@@ -13,6 +13,7 @@ restart count grows and the replica stays Running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -108,8 +109,7 @@ class ReplicaProcess:
         self.name = name
         self.uid = f"{name}-{os.urandom(4).hex()}"
         labels = pod["metadata"]["labels"]
-        self.replica_type_lower = labels[LABEL_REPLICA_TYPE] if LABEL_REPLICA_TYPE in labels \
-            else name
+        self.replica_type_lower = labels.get(LABEL_REPLICA_TYPE, name)
         self.index = int(labels.get(LABEL_REPLICA_INDEX, 0))
         self.spec = spec
         self.log_path = log_path
@@ -200,7 +200,5 @@ class ReplicaProcess:
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

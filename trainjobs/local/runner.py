@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import socket
 import time
@@ -36,17 +37,10 @@ from trainjobs.local.process import ProcessSpec, ReplicaProcess, process_spec
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Address, ClusterLayout, Framework
 
-__all__ = ["LocalRun", "add_run_arguments", "free_port", "run_file"]
+__all__ = ["LocalRun", "free_port", "run_file"]
 
 LOCAL_NAMESPACE = "local"
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", help="job YAML file (one job)")
-    parser.add_argument("--run-dir", default="runs", metavar="DIR",
-                        help="logs go to DIR/<job>-<time>/ (default: ./runs)")
-    parser.add_argument("--no-color", action="store_true", help="plain output")
 
 
 def free_port() -> int:
@@ -133,10 +127,8 @@ class LocalRun:
             self._wake.clear()
             timeout = 1.0 if decision.requeue_after is None else min(
                 max(decision.requeue_after, 0.05), 1.0)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
 
     async def _act(self, decision: Plan) -> None:
         for name in decision.delete_pods:

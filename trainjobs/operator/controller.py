@@ -62,7 +62,7 @@ class ControllerSettings:
     expectation_timeout: float = 120.0
     create_parallelism: int = 16
     controller_config: dict[str, Any] = field(default_factory=dict)
-    planner: PlannerSettings = PlannerSettings()
+    planner: PlannerSettings = field(default_factory=PlannerSettings)
 
 
 @dataclass

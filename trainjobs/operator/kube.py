@@ -10,6 +10,7 @@ that deserialization is the largest CPU cost of a Python controller at scale.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -65,10 +66,8 @@ class ApiError(Exception):
         self.reason = reason
         self.body = body
         detail = reason
-        try:
+        with contextlib.suppress(ValueError, AttributeError):
             detail = json.loads(body).get("message", reason)
-        except (ValueError, AttributeError):
-            pass
         super().__init__(f"{status}: {detail}")
 
     @property
@@ -87,7 +86,7 @@ async def connect(kubeconfig: str | None) -> client.ApiClient:
     else:
         try:
             cfg = client.Configuration()
-            config.load_incluster_config(client_configuration=cfg)
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except config.ConfigException:
             cfg = client.Configuration()
             await config.load_kube_config(client_configuration=cfg)

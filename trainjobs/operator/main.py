@@ -24,32 +24,9 @@ from trainjobs.operator.leader import LeaderElector, LeaseSettings
 from trainjobs.operator.logs import setup_logging
 from trainjobs.plugin.manager import load_plugins
 
-__all__ = ["add_operator_arguments", "run_operator"]
+__all__ = ["run_operator"]
 
 log = logging.getLogger("trainjobs.operator")
-
-
-def add_operator_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube)")
-    p.add_argument("--namespace", action="append", default=[], metavar="NS",
-                   help="watch only this namespace (repeatable; default: all namespaces)")
-    p.add_argument("--concurrency", type=int, default=16,
-                   help="jobs reconciled in parallel (default 16)")
-    p.add_argument("--controller-config-file", metavar="FILE",
-                   help="YAML with accelerator volumes/env per extended resource")
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    p.add_argument("--http-address", default="0.0.0.0:8080", metavar="HOST:PORT",
-                   help="serve /healthz, /readyz and /metrics here (default 0.0.0.0:8080)")
-    p.add_argument("--leader-elect", action="store_true",
-                   help="elect a leader on a Lease (needed with more than one replica)")
-    p.add_argument("--leader-election-namespace", default="default")
-    p.add_argument("--leader-election-id", default="trainjobs-operator")
-    p.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
-    p.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
-    p.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
-    p.add_argument("--status-coalesce", type=float, default=1.0, metavar="SECONDS",
-                   help="write count-only status changes at most this often per job")
 
 
 def _controller_config(path: str | None) -> dict[str, Any]:
@@ -109,7 +86,7 @@ async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, 
                 w.cancel()
         if not stop.is_set():
             tasks.append(asyncio.create_task(controller.run(), name="controller"))
-            watched = [asyncio.create_task(stop.wait())] + tasks
+            watched = [asyncio.create_task(stop.wait()), *tasks]
             if elector is not None:
                 watched.append(asyncio.create_task(elector.lost.wait()))
             done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["API_ERRORS", "JOBS", "QUEUE_DEPTH", "RECONCILE_DURATION", "RECONCILES", "REGISTRY"]
+__all__ = ["API_ERRORS", "JOBS", "QUEUE_DEPTH", "RECONCILES", "RECONCILE_DURATION", "REGISTRY"]
 
 REGISTRY = CollectorRegistry()
 

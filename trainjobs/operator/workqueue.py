@@ -72,7 +72,7 @@ class WorkQueue:
         """Queue `key` again after an error, backing off exponentially; returns the delay."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        backoff = min(self._base * (2 ** failures), self._max)
+        backoff = min(self._base * (2.0 ** failures), self._max)
         wait = max(delay or 0.0, backoff)
         self.add_after(key, wait)
         return wait

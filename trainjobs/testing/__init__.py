@@ -18,12 +18,12 @@ from trainjobs.testing._controlplane import (
     RUN_DURATION_ANNOTATION,
     ClusterOptions,
     ControlPlane,
-    KubectlError,
     stages_file,
-    stop_control_plane,
 )
 from trainjobs.testing._crds import apply_crds
 from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._kubectl import KubectlError
+from trainjobs.testing._state import stop_control_plane
 
 __all__ = [
     "EXIT_CODE_ANNOTATION",

@@ -18,59 +18,47 @@ present (the controller manager runs), scheduler ``/readyz`` ok.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import http.client
-import json
 import os
 import re
 import shutil
-import ssl
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
-import yaml
-
+from trainjobs.testing import _flags
 from trainjobs.testing._binaries import find_binaries
 from trainjobs.testing._errors import ControlPlaneError
-from trainjobs.testing._kubeapi import KubeAPI
+from trainjobs.testing._kubeapi import KubeAPI, insecure_ok, ok, serving
+from trainjobs.testing._kubectl import run_kubectl, write_kubeconfig
 from trainjobs.testing._pki import Pki, make_pki
-from trainjobs.testing._process import (
-    ProcessRef,
-    free_ports,
-    start_daemon,
-    stop_processes,
+from trainjobs.testing._process import ProcessRef, free_ports, start_daemon
+from trainjobs.testing._state import (
+    STATE_FILE,
+    ControlPlaneState,
+    read_state,
+    stop_in_order,
+    write_state,
 )
 
-STATE_FILE = "control-plane.json"
 KUBECONFIG_FILE = "kubeconfig"
-SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
-POD_CIDR = "10.244.0.0/16"
-SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
+NODE_LABEL = ("type", "kwok")
 #: Pod annotations read by the packaged KWOK stages (see kwok_stages.yaml).
 EXIT_CODE_ANNOTATION = "kwok.trainjobs.io/exit-code"
 RUN_DURATION_ANNOTATION = "kwok.trainjobs.io/run-duration"
 FAIL_TIMES_ANNOTATION = "kwok.trainjobs.io/fail-times"
-NODE_LABEL = ("type", "kwok")
 # klog E/F lines, Go flag errors, KWOK's JSON error records.
 _ERROR_LINE = re.compile(r'^(?:[EF]\d{4} |Error: |error: )|"level":"ERROR"')
 _STARTUP_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 _COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-# Stop order, one group at a time: the apiserver's clients, the apiserver, etcd. Signalled all
-# at once, etcd waits ~7 s for the apiserver's watch streams and the apiserver hangs on etcd;
-# in this order the whole shutdown takes ~1.2 s.
-_STOP_GROUPS = (
-    ("kwok", "kube-scheduler", "kube-controller-manager"),
-    ("kube-apiserver",),
-    ("etcd",),
-)
+_PORTS = ("etcd-client", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 @dataclass(frozen=True)
@@ -93,17 +81,6 @@ class ClusterOptions:
 
     def node_names(self) -> list[str]:
         return [f"{self.node_prefix}-{i}" for i in range(self.nodes)]
-
-
-class KubectlError(ControlPlaneError):
-    """``kubectl`` exited non-zero; ``stdout`` and ``stderr`` hold its output."""
-
-    def __init__(self, args: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
-        self.args_ = list(args)
-        self.returncode = returncode
-        self.stdout = stdout
-        self.stderr = stderr
-        super().__init__(f"kubectl {' '.join(args)} exited {returncode}: {stderr.strip()}")
 
 
 def stages_file() -> Path:
@@ -174,14 +151,7 @@ class ControlPlane:
         workdir.mkdir(parents=True, exist_ok=True)
         t_bin = time.monotonic()
         pki = make_pki(workdir / "pki")
-        names = (
-            "etcd-client",
-            "etcd-peer",
-            "kube-apiserver",
-            "kube-controller-manager",
-            "kube-scheduler",
-        )
-        ports = dict(zip(names, free_ports(len(names)), strict=True))
+        ports = dict(zip(_PORTS, free_ports(len(_PORTS)), strict=True))
         plane = cls(
             workdir=workdir,
             bin_dir=bin_dir,
@@ -201,7 +171,8 @@ class ControlPlane:
 
     def _boot(self, options: ClusterOptions, *, detach: bool, t0: float) -> None:
         deadline = t0 + options.start_timeout
-        self._write_kubeconfig()
+        write_kubeconfig(self.kubeconfig, self.server, self.pki)
+        lay = _flags.Layout(self.workdir, self.kubeconfig, self.pki, self.ports)
         stages = self.workdir / "kwok-stages.yaml"
         shutil.copyfile(options.stages or stages_file(), stages)
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
@@ -219,20 +190,20 @@ class ControlPlane:
             self._write_state()
 
         api = self.api()
-        launch("etcd", self._etcd_args())
-        launch("kube-apiserver", [*self._apiserver_args(), *options.apiserver_args])
-        self._wait(lambda: _serving(api), "kube-apiserver to serve", deadline)
+        launch("etcd", _flags.etcd_args(lay))
+        launch("kube-apiserver", [*_flags.apiserver_args(lay), *options.apiserver_args])
+        self._wait(lambda: serving(api), "kube-apiserver to serve", deadline)
         self.timings["apiserver_serving"] = time.monotonic() - t0
         launch(
             "kube-controller-manager",
-            [*self._controller_manager_args(), *options.controller_manager_args],
+            [*_flags.controller_manager_args(lay), *options.controller_manager_args],
         )
-        launch("kube-scheduler", [*self._scheduler_args(), *options.scheduler_args])
+        launch("kube-scheduler", [*_flags.scheduler_args(lay), *options.scheduler_args])
         # kwok reads ~/.kwok/kwok.yaml when it exists: give it an empty home.
         (self.workdir / "kwok-home").mkdir(exist_ok=True)
         launch(
             "kwok",
-            [*self._kwok_args(stages), *options.kwok_args],
+            [*_flags.kwok_args(lay, stages), *options.kwok_args],
             {"HOME": str(self.workdir / "kwok-home")},
         )
         # The admin is in system:masters, allowed before the RBAC roles exist: create the
@@ -244,150 +215,24 @@ class ControlPlane:
             return not pending
 
         self._wait(create_nodes, "creating nodes", deadline)
-        self._wait(lambda: _ok(api, "/readyz"), "kube-apiserver /readyz", deadline)
+        self._wait(lambda: ok(api, "/readyz"), "kube-apiserver /readyz", deadline)
         self.timings["apiserver_ready"] = time.monotonic() - t0
         self._wait(lambda: self._nodes_ready(api), f"{len(self.node_names)} nodes Ready", deadline)
         self.timings["nodes_ready"] = time.monotonic() - t0
         self._wait(
-            lambda: _ok(api, "/api/v1/namespaces/default/serviceaccounts/default"),
+            lambda: ok(api, "/api/v1/namespaces/default/serviceaccounts/default"),
             "ServiceAccount default/default",
             deadline,
         )
         self._wait(
-            lambda: _insecure_ok(self.ports["kube-scheduler"], "/readyz"),
+            lambda: insecure_ok(self.ports["kube-scheduler"], "/readyz"),
             "kube-scheduler /readyz",
             deadline,
         )
         self.timings["total"] = time.monotonic() - t0
         self._write_state()
 
-    # -- component flags --------------------------------------------------------------------
-
-    def _etcd_args(self) -> list[str]:
-        client = f"http://127.0.0.1:{self.ports['etcd-client']}"
-        peer = f"http://127.0.0.1:{self.ports['etcd-peer']}"
-        return [
-            "--name=trainjobs",
-            f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={client}",
-            f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=trainjobs={peer}",
-            "--initial-cluster-state=new",
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ]
-
-    def _apiserver_args(self) -> list[str]:
-        p = self.pki
-        return [
-            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd-client']}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports['kube-apiserver']}",
-            "--advertise-address=127.0.0.1",
-            "--endpoint-reconciler-type=none",
-            f"--tls-cert-file={p.serving_cert}",
-            f"--tls-private-key-file={p.serving_key}",
-            f"--client-ca-file={p.ca_cert}",
-            f"--cert-dir={self.workdir / 'pki' / 'apiserver-generated'}",
-            "--authorization-mode=RBAC",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-key-file={p.sa_pub}",
-            f"--service-account-signing-key-file={p.sa_key}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
-            "--profiling=false",
-        ]
-
-    def _controller_manager_args(self) -> list[str]:
-        p = self.pki
-        return [
-            f"--kubeconfig={self.kubeconfig}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports['kube-controller-manager']}",
-            f"--cert-dir={self.workdir / 'pki' / 'controller-manager-generated'}",
-            "--controllers=*",
-            "--use-service-account-credentials=false",
-            f"--service-account-private-key-file={p.sa_key}",
-            f"--root-ca-file={p.ca_cert}",
-            f"--cluster-signing-cert-file={p.ca_cert}",
-            f"--cluster-signing-key-file={p.ca_key}",
-            "--profiling=false",
-        ]
-
-    def _scheduler_args(self) -> list[str]:
-        config = self.workdir / "kube-scheduler.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {"kubeconfig": str(self.kubeconfig)},
-                    "leaderElection": {"leaderElect": False},
-                    "enableProfiling": False,
-                }
-            )
-        )
-        return [
-            f"--config={config}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports['kube-scheduler']}",
-            f"--cert-dir={self.workdir / 'pki' / 'scheduler-generated'}",
-        ]
-
-    def _kwok_args(self, stages: Path) -> list[str]:
-        return [
-            f"--kubeconfig={self.kubeconfig}",
-            f"--config={stages}",
-            "--manage-all-nodes=true",
-            "--node-ip=127.0.0.1",
-            f"--cidr={POD_CIDR}",
-        ]
-
     # -- files ------------------------------------------------------------------------------
-
-    def _write_kubeconfig(self) -> None:
-        def b64(path: Path) -> str:
-            return base64.b64encode(path.read_bytes()).decode()
-
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "trainjobs-test",
-                    "cluster": {
-                        "server": self.server,
-                        "certificate-authority-data": b64(self.pki.ca_cert),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": "trainjobs-admin",
-                    "user": {
-                        "client-certificate-data": b64(self.pki.admin_cert),
-                        "client-key-data": b64(self.pki.admin_key),
-                    },
-                }
-            ],
-            "contexts": [
-                {
-                    "name": "trainjobs-test",
-                    "context": {
-                        "cluster": "trainjobs-test",
-                        "user": "trainjobs-admin",
-                        "namespace": "default",
-                    },
-                }
-            ],
-            "current-context": "trainjobs-test",
-        }
-        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.kubeconfig.chmod(0o600)
 
     def _write_state(self) -> None:
         state = ControlPlaneState(
@@ -401,9 +246,7 @@ class ControlPlane:
             timings=self.timings,
             processes=list(self._processes),
         )
-        tmp = self.workdir / (STATE_FILE + ".tmp")
-        tmp.write_text(json.dumps(state.to_json(), indent=2) + "\n")
-        tmp.replace(self.workdir / STATE_FILE)
+        write_state(self.workdir, state)
 
     # -- waiting ----------------------------------------------------------------------------
 
@@ -508,8 +351,8 @@ class ControlPlane:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0
     ) -> subprocess.CompletedProcess[str]:
-        """Run the matching kubectl against this control plane; raise :class:`KubectlError`
-        on a non-zero exit unless ``check`` is false."""
+        """Run the matching kubectl against this control plane; raise
+        :class:`~trainjobs.testing.KubectlError` on a non-zero exit unless ``check`` is false."""
         return run_kubectl(
             self.bin_dir / "kubectl",
             self.kubeconfig,
@@ -521,7 +364,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         """Stop every daemon (SIGTERM, then SIGKILL) and forget them. Idempotent."""
-        left = _stop_in_order(self._processes, self._popens)
+        left = stop_in_order(self._processes, self._popens)
         self._popens.clear()
         self._processes.clear()
         with contextlib.suppress(FileNotFoundError):
@@ -543,123 +386,3 @@ class ControlPlane:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-@dataclass(frozen=True)
-class ControlPlaneState:
-    """What ``up`` records in ``WORKDIR/control-plane.json`` for ``down`` and for humans."""
-
-    workdir: str
-    bin_dir: str
-    kubeconfig: str
-    server: str
-    logs_dir: str
-    ports: Mapping[str, int]
-    nodes: Sequence[str]
-    timings: Mapping[str, float]
-    processes: Sequence[ProcessRef]
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["processes"] = [asdict(p) for p in self.processes]
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ControlPlaneState:
-        fields_ = dict(data)
-        fields_["processes"] = [ProcessRef(**p) for p in data.get("processes", [])]
-        return cls(**fields_)
-
-
-def read_state(workdir: Path) -> ControlPlaneState | None:
-    """The state file of ``workdir``, or None when nothing was started there."""
-    try:
-        data = json.loads((workdir / STATE_FILE).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise ControlPlaneError(f"unreadable state file in {workdir}: {exc}") from exc
-    return ControlPlaneState.from_json(data)
-
-
-def stop_control_plane(workdir: Path) -> list[str]:
-    """Stop what ``up`` started in ``workdir``; return the names of the daemons it stopped."""
-    workdir = workdir.resolve()
-    state = read_state(workdir)
-    if state is None:
-        return []
-    running = [r.name for r in state.processes if r.alive()]
-    left = _stop_in_order(state.processes, {})
-    if left:
-        raise ControlPlaneError(f"still running after SIGKILL: {', '.join(left)}")
-    (workdir / STATE_FILE).unlink(missing_ok=True)
-    return running
-
-
-def _stop_in_order(
-    refs: Sequence[ProcessRef], popens: Mapping[int, subprocess.Popen[bytes]]
-) -> list[str]:
-    groups = [[r for r in refs if r.name in group] for group in _STOP_GROUPS]
-    groups.append([r for r in refs if not any(r.name in g for g in _STOP_GROUPS)])
-    left: list[str] = []
-    for group in groups:
-        left += stop_processes(group, popens=popens)
-    return left
-
-
-def run_kubectl(
-    kubectl: Path,
-    kubeconfig: Path,
-    *args: str,
-    input: str | None = None,
-    check: bool = True,
-    timeout: float = 120.0,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``kubectl --kubeconfig KUBECONFIG ARGS...`` with a discovery cache beside the
-    kubeconfig (never ``~/.kube``)."""
-    argv = [
-        str(kubectl),
-        f"--kubeconfig={kubeconfig}",
-        f"--cache-dir={kubeconfig.parent / 'kubectl-cache'}",
-        *args,
-    ]
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    result = subprocess.run(
-        argv, input=input, capture_output=True, text=True, env=env, timeout=timeout, check=False
-    )
-    if check and result.returncode != 0:
-        raise KubectlError(args, result.returncode, result.stdout, result.stderr)
-    return result
-
-
-def _serving(api: KubeAPI) -> bool:
-    """The apiserver answers HTTP (any status): its handlers are installed."""
-    try:
-        api.get("/readyz")
-    except (OSError, http.client.HTTPException):
-        return False
-    return True
-
-
-def _ok(api: KubeAPI, path: str) -> bool:
-    try:
-        return api.get(path).status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-
-
-_INSECURE = ssl.create_default_context()
-_INSECURE.check_hostname = False
-_INSECURE.verify_mode = ssl.CERT_NONE
-
-
-def _insecure_ok(port: int, path: str) -> bool:
-    """Probe a component's self-signed health endpoint (anonymous access is allowed)."""
-    conn = http.client.HTTPSConnection("127.0.0.1", port, context=_INSECURE, timeout=2)
-    try:
-        conn.request("GET", path)
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()

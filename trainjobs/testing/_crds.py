@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainjobs.testing._binaries import find_binaries
-from trainjobs.testing._controlplane import run_kubectl
+from trainjobs.testing._kubectl import run_kubectl
 from trainjobs.testing._errors import ControlPlaneError
 
 _CRD_PREFIX = "customresourcedefinition.apiextensions.k8s.io/"

@@ -63,3 +63,38 @@ class KubeAPI:
 
     def create(self, path: str, obj: dict[str, Any]) -> Response:
         return self.request("POST", path, obj)
+
+
+def serving(api: KubeAPI) -> bool:
+    """The apiserver answers HTTP (any status): its handlers are installed."""
+    try:
+        api.get("/readyz")
+    except (OSError, http.client.HTTPException):
+        return False
+    return True
+
+
+def ok(api: KubeAPI, path: str) -> bool:
+    """GET ``path`` answers 200."""
+    try:
+        return api.get(path).status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+_INSECURE = ssl.create_default_context()
+_INSECURE.check_hostname = False
+_INSECURE.verify_mode = ssl.CERT_NONE
+
+
+def insecure_ok(port: int, path: str) -> bool:
+    """A component's self-signed health endpoint on 127.0.0.1 answers 200 (health paths
+    allow anonymous access)."""
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=_INSECURE, timeout=2)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()

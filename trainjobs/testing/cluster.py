@@ -15,13 +15,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainjobs.testing._controlplane import (
-    ClusterOptions,
-    ControlPlane,
-    read_state,
-    stop_control_plane,
-)
+from trainjobs.testing._controlplane import ClusterOptions, ControlPlane
 from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._state import read_state, stop_control_plane
 
 
 def _parser() -> argparse.ArgumentParser:

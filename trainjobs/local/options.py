@@ -1,0 +1,14 @@
+"""The `trainjobs run` flags, apart from the runner so the CLI parser stays cheap to build."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_run_arguments"]
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="job YAML file (one job)")
+    parser.add_argument("--run-dir", default="runs", metavar="DIR",
+                        help="logs go to DIR/<job>-<time>/ (default: ./runs)")
+    parser.add_argument("--no-color", action="store_true", help="plain output")

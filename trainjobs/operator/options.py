@@ -1,0 +1,31 @@
+"""The `trainjobs operator` flags. Kept apart from main.py so that building the CLI parser does
+not import the Kubernetes client (every `trainjobs` command would pay for it)."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_operator_arguments"]
+
+
+def add_operator_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube)")
+    p.add_argument("--namespace", action="append", default=[], metavar="NS",
+                   help="watch only this namespace (repeatable; default: all namespaces)")
+    p.add_argument("--concurrency", type=int, default=16,
+                   help="jobs reconciled in parallel (default 16)")
+    p.add_argument("--controller-config-file", metavar="FILE",
+                   help="YAML with accelerator volumes/env per extended resource")
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--http-address", default="0.0.0.0:8080", metavar="HOST:PORT",
+                   help="serve /healthz, /readyz and /metrics here (default 0.0.0.0:8080)")
+    p.add_argument("--leader-elect", action="store_true",
+                   help="elect a leader on a Lease (needed with more than one replica)")
+    p.add_argument("--leader-election-namespace", default="default")
+    p.add_argument("--leader-election-id", default="trainjobs-operator")
+    p.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
+    p.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument("--status-coalesce", type=float, default=1.0, metavar="SECONDS",
+                   help="write count-only status changes at most this often per job")
