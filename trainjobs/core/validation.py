@@ -198,6 +198,7 @@ def _check_derived_names(job: Job, names: list[str]) -> list[SpecError]:
     if len(longest) <= MAX_NAME_LENGTH:
         return []
     excess = len(longest) - MAX_NAME_LENGTH
+    fit = len(job.metadata.name) - excess
     return [SpecError("metadata.name", f"{job.metadata.name!r} is too long: the derived name "
                       f"'{longest}' has {len(longest)} characters, more than "
-                      f"{MAX_NAME_LENGTH}; use at most {len(job.metadata.name) - excess} characters")]
+                      f"{MAX_NAME_LENGTH}; use at most {fit} characters")]

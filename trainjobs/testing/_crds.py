@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainjobs.testing._binaries import find_binaries
-from trainjobs.testing._kubectl import run_kubectl
 from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._kubectl import run_kubectl
 
 _CRD_PREFIX = "customresourcedefinition.apiextensions.k8s.io/"
 
