@@ -147,14 +147,19 @@ class Controller:
         entry = new or old
         assert entry is not None
         jkey = job_key(entry.kind, *key)
-        if old is not None:
-            self._count_state(old, -1)
+        current = self.jobs.get(jkey)
         if new is None:
+            if current is not None:
+                self._count_state(current, -1)
             self.jobs.pop(jkey, None)
             self._parsed.pop(jkey, None)
             self._last_status_write.pop(jkey, None)
             self.expectations.forget(jkey)
             return
+        if current is not None and _older(new, current):
+            return  # our own status write is already newer than this event
+        if current is not None:
+            self._count_state(current, -1)
         self._count_state(new, +1)
         self.jobs[jkey] = new
         self.queue.add(jkey)
@@ -221,21 +226,31 @@ class Controller:
     # Reconcile --------------------------------------------------------------------------
 
     def _parse(self, key: str, entry: JobEntry) -> _Parsed:
+        """The validated job, cached per generation (validation is the costly part)."""
         cached = self._parsed.get(key)
         if cached is not None and cached.generation == entry.generation and \
                 cached.uid == entry.uid:
             return cached
         try:
-            job = parse_job(entry.raw, self.plugins, key)
-            framework = self.plugins.framework_for(job.kind)
-            assert framework is not None
-            desired = render_job(job, framework, self.plugins, backend="kubernetes",
-                                 controller_config=self.settings.controller_config)
-            parsed = _Parsed(entry.generation, entry.uid, job, desired)
+            parsed = _Parsed(entry.generation, entry.uid, parse_job(entry.raw, self.plugins, key),
+                             None)
         except SpecInvalid as exc:
             parsed = _Parsed(entry.generation, entry.uid, None, None, exc)
         self._parsed[key] = parsed
         return parsed
+
+    def _desired(self, parsed: _Parsed, job: Job, finished: bool) -> RenderedJob:
+        """The objects the job should own. A finished job needs none: it only cleans up, so
+        its rendering is dropped (5,000 finished jobs must not hold 20,000 pod manifests)."""
+        if finished:
+            parsed.desired = None
+            return RenderedJob()
+        if parsed.desired is None:
+            framework = self.plugins.framework_for(job.kind)
+            assert framework is not None
+            parsed.desired = render_job(job, framework, self.plugins, backend="kubernetes",
+                                        controller_config=self.settings.controller_config)
+        return parsed.desired
 
     async def reconcile(self, key: str) -> None:
         entry = self.jobs.get(key)
@@ -243,16 +258,19 @@ class Controller:
             return
         parsed = self._parse(key, entry)
         status = JobStatus.model_validate(entry.raw.get("status") or {})
-        if parsed.error is not None or parsed.job is None or parsed.desired is None:
+        if parsed.job is None:
             await self._fail_invalid(key, entry, status, parsed.error)
             return
-        job = parsed.job.model_copy(update={"status": status, "metadata": parsed.job.metadata
-                                            .model_copy(update={"deletion_timestamp": entry.raw[
-                                                "metadata"].get("deletionTimestamp")})})
+        deleted = entry.raw["metadata"].get("deletionTimestamp")
+        job = parsed.job.model_copy(update={
+            "status": status,
+            "metadata": parsed.job.metadata.model_copy(update={"deletion_timestamp": deleted}),
+        })
         framework = self.plugins.framework_for(job.kind)
         assert framework is not None
-        pods, services, extras = self._observed(key, entry.uid, parsed.desired)
-        decision = plan(job, parsed.desired, pods, services, extras,
+        desired = self._desired(parsed, job, status.state in ("Succeeded", "Failed"))
+        pods, services, extras = self._observed(key, entry.uid, desired)
+        decision = plan(job, desired, pods, services, extras,
                         lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes),
                         settings=self.settings.planner)
         await self._write_status(key, job, decision.status)
@@ -405,6 +423,21 @@ class Controller:
         framework = self.plugins.framework_for(kind)
         assert framework is not None
         return job_resource(framework.kind, framework.plural)
+
+
+def _older(new: JobEntry, current: JobEntry) -> bool:
+    """Whether `new` is an older version of the same object than `current`.
+
+    resourceVersions are opaque by contract, but the API server's are etcd revisions; when
+    both are integers a smaller one is older (client-go's mutation cache relies on the same).
+    """
+    if new.uid != current.uid:
+        return False
+    try:
+        return int(new.raw["metadata"]["resourceVersion"]) < \
+            int(current.raw["metadata"]["resourceVersion"])
+    except (KeyError, ValueError):
+        return False
 
 
 def _replace_deleting(pod: ObservedPod) -> ObservedPod:
