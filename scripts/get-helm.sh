@@ -58,7 +58,7 @@ for pkg in pkg/lint/rules pkg/chartutil; do
   ldflags+=" -X $mod/$pkg.k8sVersionMajor=1 -X $mod/$pkg.k8sVersionMinor=$k8s_minor"
 done
 
-GOBIN="$tmp" GOFLAGS="-buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" \
+GOBIN="$tmp" GOFLAGS="-buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
   go install -trimpath -ldflags "$ldflags" "$mod/cmd/helm@$HELM_VERSION"
 mv -f "$tmp/helm" "$HELM"
 "$HELM" version --short >&2

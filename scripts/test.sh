@@ -13,6 +13,8 @@ venv=$(scripts/dev-venv.sh)
 step "control plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok)"
 bin=$(scripts/build-control-plane.sh | tail -n 1)
 export TRAINJOBS_CONTROL_PLANE_BIN=$bin
+step "helm (built from the Go module proxy)"
+scripts/get-helm.sh >/dev/null
 step "redis-server"
 scripts/ensure-redis.sh >/dev/null
 step "framework virtualenvs (mxnet, tensorflow, gloo)"

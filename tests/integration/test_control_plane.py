@@ -118,6 +118,12 @@ def test_fixture_nodes_are_ready(
             assert node["status"][field]["cpu"] == kube_cluster_options.node_cpu
             assert node["status"][field]["memory"] == kube_cluster_options.node_memory
             assert node["status"][field]["pods"] == kube_cluster_options.node_pods
+    # KWOK keeps a node Lease like a kubelet; without one the node lifecycle controller
+    # turns every node NotReady 50 s after start.
+    leases = json.loads(
+        kube_cluster.kubectl("-n", "kube-node-lease", "get", "leases", "-o", "json").stdout
+    )
+    assert sorted(lease["metadata"]["name"] for lease in leases["items"]) == sorted(nodes)
 
 
 def test_version_matches_pin(kube_cluster: ControlPlane) -> None:

@@ -12,8 +12,8 @@ Start-up order (measured, see docs/control-plane.md): PKI; etcd *and* kube-apise
 answers HTTP (earlier, KWOK's exponential back-off - 1, 2, 4, 8, 16 s - can add seconds, and
 the controller manager allows the apiserver only 10 s to become healthy); the fake nodes at
 the same moment, while the apiserver runs its post-start hooks. Ready means: ``/readyz`` ok,
-every node Ready without a not-ready/unreachable taint, ServiceAccount default/default
-present (the controller manager runs), scheduler ``/readyz`` ok.
+every node Ready without a not-ready/unreachable taint and with its Lease, ServiceAccount
+default/default present (the controller manager runs), scheduler ``/readyz`` ok.
 """
 
 from __future__ import annotations
@@ -165,7 +165,8 @@ class ControlPlane:
         try:
             plane._boot(options, detach=detach, t0=t0)
         except BaseException:
-            plane.stop()
+            with contextlib.suppress(ControlPlaneError):  # the start-up error matters more
+                plane.stop()
             raise
         return plane
 
@@ -219,6 +220,7 @@ class ControlPlane:
         self.timings["apiserver_ready"] = time.monotonic() - t0
         self._wait(lambda: self._nodes_ready(api), f"{len(self.node_names)} nodes Ready", deadline)
         self.timings["nodes_ready"] = time.monotonic() - t0
+        self._wait(lambda: self._leases_held(api), "a node Lease per node", deadline)
         self._wait(
             lambda: ok(api, "/api/v1/namespaces/default/serviceaccounts/default"),
             "ServiceAccount default/default",
@@ -336,6 +338,16 @@ class ControlPlane:
             ):
                 ready.add(node["metadata"]["name"])
         return ready.issuperset(self.node_names)
+
+    def _leases_held(self, api: KubeAPI) -> bool:
+        try:
+            resp = api.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")
+        except (OSError, http.client.HTTPException):
+            return False
+        if resp.status != 200:
+            return False
+        held = {lease["metadata"]["name"] for lease in resp.json().get("items", [])}
+        return held.issuperset(self.node_names)
 
     # -- use --------------------------------------------------------------------------------
 

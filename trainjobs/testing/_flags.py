@@ -123,4 +123,9 @@ def kwok_args(lay: Layout, stages: Path) -> list[str]:
         "--manage-all-nodes=true",
         "--node-ip=127.0.0.1",
         f"--cidr={POD_CIDR}",
+        # Not the default when --config holds only Stages: without it KWOK keeps no node
+        # Lease, the node lifecycle controller marks every node NotReady (and taints it)
+        # after its 50 s grace period, and node-initialize flips it back - every ~50 s.
+        # With it KWOK renews a Lease every 10 s, as a kubelet does.
+        "--node-lease-duration-seconds=40",
     ]

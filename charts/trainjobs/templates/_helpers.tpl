@@ -72,6 +72,11 @@ app.kubernetes.io/component: operator
 {{- default (include "trainjobs.fullname" .) .Values.leaderElection.id }}
 {{- end }}
 
+{{/* The metrics Service's name: a DNS-1035 label, so at most 63 characters. */}}
+{{- define "trainjobs.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "trainjobs.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
 {{- define "trainjobs.configPath" -}}/etc/trainjobs/controller-config.yaml{{- end }}
 
 {{/*

@@ -1,0 +1,440 @@
+"""Fan-out benchmark: many jobs at once, against a raw-client ceiling measured in the same run.
+
+Each repeat starts its own control plane (KWOK nodes with a large pod capacity), then runs, in
+alternating order, two phases in separate namespaces:
+
+* ceiling: a bare aiohttp client creates the very pods and Services the operator would create
+  (rendered by the same code, relabelled so no operator informer selects them), at the same
+  concurrency as the operator's --concurrency;
+* operator (one phase per --operator-cmd): the bench creates the jobs; an independent watcher
+  in this process records when every pod and Service exists, when every pod runs, when every
+  job reports Running and then Succeeded (pods are annotated so KWOK ends them with exit code
+  0 after --run-duration). The API server's own write counters (apiserver_request_total) are
+  read before and after; the audit log attributes each write to a component by user agent.
+  Then the operator is restarted with every job finished, and the writes made while it
+  re-syncs are counted (there should be none).
+
+    python -m bench.fanout                       # 500 TfJobs x 4 replicas, 3 repeats
+    python -m bench.fanout --jobs 100 --repeats 1
+    python -m bench.fanout --operator-cmd "{python} -m trainjobs.cli operator ..." \\
+        --operator-cmd "/path/to/other-operator --kubeconfig {kubeconfig}"
+
+Figures go to stdout; everything measured to docs/benchmarks/fanout.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._common import (
+    BENCH_UA,
+    CEILING_UA,
+    DEFAULT_OPERATOR_CMD,
+    RESULTS_DIR,
+    Api,
+    Cluster,
+    OperatorProcess,
+    Watcher,
+    attribute,
+    audit_writes,
+    counter_diff,
+    gather_limited,
+    install_signal_handlers,
+    log,
+    machine,
+    rendered_objects,
+    series_since,
+    stats,
+    tfjob,
+    tfjob_path,
+    write_counters,
+    write_result,
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.fanout", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jobs", type=int, default=500, help="TfJobs per phase (default 500)")
+    p.add_argument("--workers", type=int, default=3,
+                   help="Workers per job besides the Chief (default 3: 4 replicas)")
+    p.add_argument("--concurrency", type=int, default=16,
+                   help="operator --concurrency, and the ceiling's and the job creator's "
+                        "requests in flight (default 16)")
+    p.add_argument("--ceiling-concurrency", type=int, default=None,
+                   help="requests in flight for the ceiling (default: --concurrency)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--nodes", type=int, default=20)
+    p.add_argument("--node-pods", type=int, default=1000)
+    p.add_argument("--run-duration", default="20s",
+                   help="how long each Worker runs before exiting 0; the Chief runs 2 s longer "
+                        "(so no Worker is still running when the job succeeds)")
+    p.add_argument("--operator-cmd", action="append", default=[],
+                   help="operator command template ({python} {kubeconfig} {port} {namespace} "
+                        "{concurrency}); repeat to compare several on the same control plane "
+                        f"(default: {DEFAULT_OPERATOR_CMD})")
+    p.add_argument("--label", action="append", default=[],
+                   help="a name per --operator-cmd (default: ours, other1, ...)")
+    p.add_argument("--ready-path", default="/readyz",
+                   help="HTTP path on {port} that answers 200 once the operator is ready; "
+                        "'none': wait 5 s instead")
+    p.add_argument("--settle", type=float, default=5.0,
+                   help="seconds to keep counting writes after the last job succeeded")
+    p.add_argument("--resync-wait", type=float, default=5.0,
+                   help="seconds after the restarted operator is ready before counting")
+    p.add_argument("--no-resync", action="store_true", help="skip the restart check")
+    p.add_argument("--no-audit", action="store_true", help="no audit log (attribution by "
+                   "resource from the API server's counters only)")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy record our operator during the first repeat's fan-out")
+    p.add_argument("--timeout", type=float, default=1200.0, help="per phase")
+    p.add_argument("--workdir", type=Path, help="control plane state and logs (default: temp)")
+    p.add_argument("--keep-workdir", action="store_true")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR / "fanout.json")
+    return p.parse_args(argv)
+
+
+async def run_ceiling(cluster: Cluster, watcher: Watcher, ns: str, args: argparse.Namespace
+                      ) -> dict[str, Any]:
+    conc = args.ceiling_concurrency or args.concurrency
+    api = Api(cluster.plane, CEILING_UA, pool=max(conc, 8))
+    try:
+        owner = await api.create(f"/api/v1/namespaces/{ns}/configmaps", {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bench-owner"}})
+        ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "bench-owner",
+               "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+        objects = []
+        for i in range(args.jobs):
+            job = tfjob(f"bench-{i:05d}", ns, workers=args.workers,
+                        chief_run=_chief_run(args.run_duration), worker_run=args.run_duration)
+            objects += rendered_objects(job, ref)
+        per_kind = len(objects) // 2
+        before = await write_counters(api)
+        audit0 = cluster.audit_offset()
+        c = watcher.counts[ns]
+        log(f"ceiling: creating {len(objects)} objects at concurrency {conc}")
+        t0 = time.perf_counter()
+        await gather_limited(conc, (api.create_ok(_path(ns, o), o) for o in objects))
+        t_client = time.perf_counter() - t0
+        await watcher.wait(lambda: c.pods >= per_kind and c.services >= per_kind,
+                           "ceiling objects", args.timeout)
+        await watcher.wait(lambda: c.pods_running >= per_kind, "ceiling pods running",
+                           args.timeout)
+        after = await write_counters(api)
+        objs = [t for k, t in watcher.pods.items() if k[0] == ns] + \
+               [t for k, t in watcher.services.items() if k[0] == ns]
+        seen = [x.seen if hasattr(x, "seen") else x for x in objs]
+        t_objects = max(seen) - t0
+        t_running = max(p.running or 0.0 for k, p in watcher.pods.items() if k[0] == ns) - t0
+        res = {
+            "objects": len(objects),
+            "concurrency": conc,
+            "client_seconds": t_client,
+            "objects_seconds": t_objects,
+            "create_rate": len(objects) / t_objects,
+            "pods_running_seconds": t_running,
+            "apiserver_writes": counter_diff(after, before),
+            "audit_writes": {k: dict(v) for k, v in
+                             audit_writes(cluster.audit_since(audit0), ns).items()},
+            "created_series": series_since(c.created_series, t0),
+            "running_series": series_since(c.running_series, t0),
+        }
+        log(f"ceiling: {len(objects)} objects in {t_objects:.1f}s "
+            f"({res['create_rate']:.0f}/s, client done at {t_client:.1f}s), "
+            f"pods running at {t_running:.1f}s")
+        return res
+    finally:
+        await api.close()
+
+
+def _chief_run(run: str) -> str:
+    """The Chief runs 2 s longer than the Workers."""
+    if run.endswith("ms"):
+        return f"{int(run[:-2]) + 2000}ms"
+    if run.endswith("s") and run[:-1].replace(".", "").isdigit():
+        return f"{float(run[:-1]) + 2:g}s"
+    return run
+
+
+def _path(ns: str, obj: dict[str, Any]) -> str:
+    plural = {"Pod": "pods", "Service": "services"}[obj["kind"]]
+    return f"/api/v1/namespaces/{ns}/{plural}"
+
+
+async def run_operator(cluster: Cluster, watcher: Watcher, ns: str, label: str, command: str,
+                       args: argparse.Namespace, workdir: Path, profile: bool
+                       ) -> dict[str, Any]:
+    api = Api(cluster.plane, BENCH_UA, pool=max(args.concurrency, 8))
+    ready_path = None if args.ready_path == "none" else args.ready_path
+    op = OperatorProcess(command, kubeconfig=cluster.plane.kubeconfig, namespace=ns,
+                         concurrency=args.concurrency, log_path=workdir / f"operator-{ns}.log",
+                         ready_path=ready_path)
+    pyspy: subprocess.Popen[bytes] | None = None
+    replicas = 1 + args.workers
+    n_pods = args.jobs * replicas
+    c = watcher.counts[ns]
+    res: dict[str, Any] = {"label": label, "command": " ".join(op.argv), "jobs": args.jobs,
+                           "replicas": replicas}
+    try:
+        res["ready_seconds"] = await op.start()
+        fp0 = op.footprint()
+        jobs = [tfjob(f"bench-{i:05d}", ns, workers=args.workers,
+                      chief_run=_chief_run(args.run_duration), worker_run=args.run_duration)
+                for i in range(args.jobs)]
+        before = await write_counters(api)
+        audit0 = cluster.audit_offset()
+        if profile:
+            pyspy = _start_pyspy(op.pid, workdir / f"profile-{ns}")
+        log(f"{label}: creating {args.jobs} TfJobs x {replicas} replicas")
+        t0 = time.perf_counter()
+        await gather_limited(args.concurrency,
+                             (api.create_ok(tfjob_path(ns), j) for j in jobs))
+        res["jobs_created_seconds"] = time.perf_counter() - t0
+        await watcher.wait(lambda: c.pods >= n_pods and c.services >= n_pods,
+                           f"{label}: {n_pods} pods and Services", args.timeout)
+        log(f"{label}: all objects exist")
+        await watcher.wait(lambda: c.pods_running >= n_pods, f"{label}: pods running",
+                           args.timeout)
+        log(f"{label}: all pods running")
+        await watcher.wait(lambda: c.jobs_in["Succeeded"] + c.jobs_in["Failed"] >= args.jobs,
+                           f"{label}: jobs finished", args.timeout)
+        t_done = time.perf_counter()
+        if pyspy is not None:
+            res["profile"] = _stop_pyspy(pyspy)
+            pyspy = None
+        log(f"{label}: all jobs finished; counting writes for {args.settle:.0f}s more")
+        await asyncio.sleep(args.settle)
+        after = await write_counters(api)
+        audit = cluster.audit_since(audit0)
+        fp1 = op.footprint()
+
+        mine = [(k, p) for k, p in watcher.pods.items() if k[0] == ns]
+        svcs = [t for k, t in watcher.services.items() if k[0] == ns]
+        jtracks = [t for k, t in watcher.jobs.items() if k[0] == ns]
+        t_objects = max([p.seen for _, p in mine] + svcs) - t0
+        t_running = max(p.running or 0.0 for _, p in mine) - t0
+        running_seen = [t.states["Running"] for t in jtracks if "Running" in t.states]
+        succeeded = [t.states["Succeeded"] for t in jtracks if "Succeeded" in t.states]
+        diff = counter_diff(after, before)
+        attributed = attribute(diff, "tfjobs")
+        no_events = sum(v for k, v in attributed.items() if k != "events")
+        res.update({
+            "objects": 2 * n_pods,
+            "objects_seconds": t_objects,
+            "create_rate": 2 * n_pods / t_objects,
+            "pods_running_seconds": t_running,
+            "jobs_running_seconds": (max(running_seen) - t0) if running_seen else None,
+            "jobs_seen_running": len(running_seen),
+            "jobs_succeeded_seconds": (max(succeeded) - t0) if succeeded else None,
+            "jobs_succeeded": len(succeeded),
+            "jobs_failed": c.jobs_in["Failed"],
+            "finished_seconds": t_done - t0,
+            "apiserver_writes": diff,
+            "operator_writes": attributed,
+            "writes_per_job": no_events / args.jobs,
+            "writes_per_job_with_events": (no_events + attributed["events"]) / args.jobs,
+            "audit_writes": {k: dict(v) for k, v in audit_writes(audit, ns).items()},
+            "footprint_start": fp0,
+            "footprint_end": fp1,
+            "created_series": series_since(c.created_series, t0),
+            "running_series": series_since(c.running_series, t0),
+        })
+        aud = res["audit_writes"].get("operator", {})
+        res["audit_operator_writes"] = sum(aud.values())
+        log(f"{label}: {2 * n_pods} objects in {t_objects:.1f}s ({res['create_rate']:.0f}/s); "
+            f"pods running {t_running:.1f}s; jobs Running {res['jobs_running_seconds']}; "
+            f"Succeeded {res['jobs_succeeded_seconds']}; writes/job {res['writes_per_job']:.2f} "
+            f"(+events {res['writes_per_job_with_events']:.2f}); rss {fp1['rss_mb']:.0f} MB "
+            f"peak {fp1['hwm_mb']:.0f} MB cpu {fp1['cpu_s']:.1f}s")
+        if not args.no_resync:
+            res["resync"] = await resync_check(cluster, api, op, ns, args)
+        return res
+    finally:
+        if pyspy is not None:
+            _stop_pyspy(pyspy)
+        await op.stop()
+        op.kill_now()
+        await api.close()
+
+
+async def resync_check(cluster: Cluster, api: Api, op: OperatorProcess, ns: str,
+                       args: argparse.Namespace) -> dict[str, Any]:
+    """Restart the operator with everything finished and steady; count its writes."""
+    await op.stop()
+    before = await write_counters(api)
+    audit0 = cluster.audit_offset()
+    t_ready = await op.start()
+    await asyncio.sleep(args.resync_wait)
+    after = await write_counters(api)
+    fp = op.footprint()
+    diff = counter_diff(after, before)
+    attributed = attribute(diff, "tfjobs")
+    audit = audit_writes(cluster.audit_since(audit0), ns)
+    res = {"ready_seconds": t_ready, "apiserver_writes": diff, "operator_writes": attributed,
+           "operator_writes_total": sum(attributed.values()),
+           "audit_writes": {k: dict(v) for k, v in audit.items()},
+           "audit_operator_writes": sum(audit.get("operator", {}).values()),
+           "footprint": fp}
+    log(f"resync: ready in {t_ready:.1f}s; operator writes in {args.resync_wait:.0f}s after "
+        f"ready: {res['operator_writes_total']} (audit: {res['audit_operator_writes']})")
+    return res
+
+
+def _start_pyspy(pid: int, prefix: Path) -> subprocess.Popen[bytes] | None:
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        log("py-spy not installed: no profile")
+        return None
+    cmd = [exe, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
+           "-o", f"{prefix}.txt"]
+    log(f"profiling: {' '.join(cmd)}")
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop_pyspy(proc: subprocess.Popen[bytes]) -> str:
+    proc.send_signal(signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(30)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    out = next((a for a in proc.args if str(a).endswith(".txt")), "")  # type: ignore[union-attr]
+    return str(out)
+
+
+async def one_repeat(i: int, args: argparse.Namespace, commands: list[tuple[str, str]],
+                     root: Path) -> dict[str, Any]:
+    workdir = root / f"repeat-{i}"
+    cluster = Cluster.start(workdir, nodes=args.nodes, node_pods=args.node_pods,
+                            audit=not args.no_audit)
+    api: Api | None = None
+    watcher: Watcher | None = None
+    try:
+        api = Api(cluster.plane, BENCH_UA, pool=16)
+        phases = ["ceiling", *[label for label, _ in commands]]
+        if i % 2:
+            phases = [*phases[1:], phases[0]]
+        namespaces = {ph: f"bench-{ph}" for ph in phases}
+        for ns in namespaces.values():
+            await api.ensure_namespace(ns)
+        watcher = Watcher(api, list(namespaces.values()))
+        watcher.start()
+        await watcher.synced.wait()
+        out: dict[str, Any] = {"order": phases}
+        for ph in phases:
+            ns = namespaces[ph]
+            if ph == "ceiling":
+                out["ceiling"] = await run_ceiling(cluster, watcher, ns, args)
+            else:
+                cmd = dict(commands)[ph]
+                out[ph] = await run_operator(cluster, watcher, ns, ph, cmd, args, workdir,
+                                             profile=args.profile and i == 0 and ph == "ours")
+        for label, _ in commands:
+            out[label]["ratio_to_ceiling"] = (out[label]["create_rate"]
+                                              / out["ceiling"]["create_rate"])
+        out["watcher_events"] = watcher.events
+        return out
+    finally:
+        if watcher is not None:
+            await watcher.stop()
+        if api is not None:
+            await api.close()
+        cluster.stop()
+
+
+def summarize(repeats: list[dict[str, Any]], labels: list[str]) -> dict[str, Any]:
+    keys = ("objects_seconds", "create_rate", "pods_running_seconds", "jobs_running_seconds",
+            "jobs_succeeded_seconds", "ratio_to_ceiling", "writes_per_job",
+            "writes_per_job_with_events")
+    summary: dict[str, Any] = {"ceiling": {k: stats([r["ceiling"][k] for r in repeats])
+                                           for k in ("objects_seconds", "create_rate",
+                                                     "pods_running_seconds")}}
+    for label in labels:
+        summary[label] = {k: stats([r[label][k] for r in repeats
+                                    if r[label].get(k) is not None]) for k in keys}
+        summary[label]["peak_rss_mb"] = stats([r[label]["footprint_end"]["hwm_mb"]
+                                               for r in repeats])
+        if all("resync" in r[label] for r in repeats):
+            summary[label]["resync_writes"] = [r[label]["resync"]["operator_writes_total"]
+                                               for r in repeats]
+    return summary
+
+
+def print_summary(summary: dict[str, Any], args: argparse.Namespace, labels: list[str]) -> None:
+    def line(name: str, s: dict[str, float], unit: str = "", fmt: str = ".1f") -> None:
+        if not s.get("n"):
+            return
+        print(f"  {name:<34} min {s['min']:{fmt}}{unit}  median {s['median']:{fmt}}{unit}  "
+              f"max {s['max']:{fmt}}{unit}  (n={s['n']})")
+
+    n = args.jobs * (1 + args.workers)
+    print(f"\nfan-out: {args.jobs} TfJobs x {1 + args.workers} replicas = {n} pods + {n} "
+          f"Services, concurrency {args.concurrency}, {args.repeats} repeat(s)")
+    c = summary["ceiling"]
+    print("ceiling (bare aiohttp client):")
+    line("all objects exist (s)", c["objects_seconds"])
+    line("create rate (objects/s)", c["create_rate"], fmt=".0f")
+    line("all pods Running (s)", c["pods_running_seconds"])
+    for label in labels:
+        s = summary[label]
+        print(f"{label}:")
+        line("all pods+Services exist (s)", s["objects_seconds"])
+        line("create rate (objects/s)", s["create_rate"], fmt=".0f")
+        line("ours / ceiling (target >= 0.80)", s["ratio_to_ceiling"], fmt=".2f")
+        line("all pods Running (s)", s["pods_running_seconds"])
+        line("every job Running (s)", s["jobs_running_seconds"])
+        line("every job Succeeded (s)", s["jobs_succeeded_seconds"])
+        line(f"writes/job w/o Events (<= {2 * (1 + args.workers) + 2})", s["writes_per_job"],
+             fmt=".2f")
+        line("writes/job with Events", s["writes_per_job_with_events"], fmt=".2f")
+        line("peak RSS (MB)", s["peak_rss_mb"], fmt=".0f")
+        if "resync_writes" in s:
+            print(f"  {'writes during resync (target 0)':<34} {s['resync_writes']}")
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    commands = args.operator_cmd or [DEFAULT_OPERATOR_CMD]
+    labels = args.label or ["ours"] + [f"other{i}" for i in range(1, len(commands))]
+    if len(labels) != len(commands):
+        raise SystemExit("give one --label per --operator-cmd")
+    pairs = list(zip(labels, commands, strict=True))
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="trainjobs-bench-fanout-"))
+    result: dict[str, Any] = {"benchmark": "fanout", "machine": machine(),
+                              "params": {k: (str(v) if isinstance(v, Path) else v)
+                                         for k, v in vars(args).items()},
+                              "commands": dict(pairs), "repeats": []}
+    ok = False
+    try:
+        for i in range(args.repeats):
+            log(f"=== repeat {i + 1}/{args.repeats}")
+            result["repeats"].append(await one_repeat(i, args, pairs, root))
+            result["summary"] = summarize(result["repeats"], labels)
+            write_result("fanout", result, args.out)
+        ok = True
+    finally:
+        if ok and not args.keep_workdir and args.workdir is None:
+            shutil.rmtree(root, ignore_errors=True)
+        elif not ok:
+            log(f"logs kept in {root}")
+    print_summary(result["summary"], args, labels)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    install_signal_handlers()
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

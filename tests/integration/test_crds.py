@@ -1,0 +1,197 @@
+"""The CRDs of crds/ on the real API server: they install and serve, ``kubectl explain`` and
+``kubectl get trainjobs`` work, every example is accepted, and invalid jobs are refused with a
+message naming the field — by the API server and by ``trainjobs.core.validation.parse_job``
+alike (the operator and ``trainjobs run`` must refuse what ``kubectl apply`` refuses)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.operator_helpers import CRDS_DIR, EXAMPLES, PLURALS, Namespace, job
+from trainjobs.core.validation import parse_job
+from trainjobs.errors import SpecInvalid
+from trainjobs.plugin.manager import PluginManager, load_plugins
+from trainjobs.testing import ControlPlane, apply_crds
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def plugins() -> PluginManager:
+    """The plugins the operator loads (the installed ones)."""
+    return load_plugins()
+
+
+def rs(container: str, replicas: int = 1, **fields: Any) -> dict[str, Any]:
+    return {
+        "replicas": replicas,
+        "template": {"spec": {"containers": [{"name": container, "image": "x:1", **fields}]}},
+    }
+
+
+def valid(kind: str, name: str) -> dict[str, Any]:
+    specs = {
+        "MxJob": {"Scheduler": rs("mxnet"), "Server": rs("mxnet"), "Worker": rs("mxnet", 2)},
+        "TfJob": {"Chief": rs("tensorflow"), "Worker": rs("tensorflow", 2)},
+        "Caffe2Job": {"Worker": rs("caffe2")},
+    }
+    return job(kind, name, specs[kind])
+
+
+def server_dry_run(ns: Namespace, manifest: dict[str, Any]) -> tuple[int, str]:
+    result = ns.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(manifest),
+                        check=False)
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_crds_install_server_side_and_become_established(
+    kube_cluster: ControlPlane, trainjobs_crds: list[str]
+) -> None:
+    assert sorted(trainjobs_crds) == sorted(f"{p}.trainjobs.io" for p in PLURALS.values())
+    # Applying again (as an upgrade would) is a no-op that still succeeds.
+    assert sorted(apply_crds(kube_cluster.kubeconfig, CRDS_DIR)) == sorted(trainjobs_crds)
+    for name in trainjobs_crds:
+        out = kube_cluster.kubectl("get", "crd", name, "-o", "json", "--show-managed-fields")
+        crd = json.loads(out.stdout)
+        conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+        assert conditions.get("Established") == "True", crd["status"]
+        assert conditions.get("NamesAccepted") == "True", crd["status"]
+        assert conditions.get("NonStructuralSchema") in (None, "False"), crd["status"]
+        assert "trainjobs" in crd["spec"]["names"]["categories"]
+        managers = {m["manager"] for m in crd["metadata"]["managedFields"]}
+        assert "trainjobs-tests" in managers, "not applied server-side"
+    resources = kube_cluster.kubectl("api-resources", "--api-group=trainjobs.io", "-o", "wide")
+    for plural, short in (("mxjobs", "mxj"), ("tfjobs", "tfj"), ("caffe2jobs", "c2j")):
+        line = next(x for x in resources.stdout.splitlines() if x.startswith(plural))
+        assert short in line.split() and "trainjobs" in line, line
+
+
+@pytest.mark.parametrize(
+    ("resource", "fields"),
+    [
+        ("mxjob.spec.replicaSpecs", ["replicas", "restartPolicy", "template", "elasticPolicy"]),
+        ("tfjob.spec.replicaSpecs.template.spec.containers",
+         ["image", "env", "imagePullPolicy", "ports", "resources", "volumeMounts"]),
+        ("caffe2job.spec.backend", ["type", "redisHost", "redisPort", "nfsPath"]),
+        ("tfjob.spec.runPolicy", ["cleanPodPolicy", "backoffLimit", "activeDeadlineSeconds",
+                                  "ttlSecondsAfterFinished", "suspend", "schedulingPolicy"]),
+    ],
+)
+def test_kubectl_explain_describes_fields(
+    kube_cluster: ControlPlane, trainjobs_crds: list[str], resource: str, fields: list[str]
+) -> None:
+    out = kube_cluster.kubectl("explain", resource).stdout
+    assert "DESCRIPTION:" in out and "FIELDS:" in out, out
+    listed = {line.split()[0] for line in out.split("FIELDS:", 1)[1].splitlines()
+              if line.startswith("  ") and not line.startswith("    ") and line.strip()}
+    missing = set(fields) - listed
+    assert not missing, f"kubectl explain {resource} lacks {missing}:\n{out}"
+
+
+def test_get_trainjobs_lists_a_job_of_every_kind(ns: Namespace) -> None:
+    for kind in PLURALS:
+        ns.apply(valid(kind, f"one-{kind.lower()}"))
+    names = set(ns.kubectl("get", "trainjobs", "-o", "name").stdout.split())
+    assert names == {f"{kind.lower()}.trainjobs.io/one-{kind.lower()}" for kind in PLURALS}, names
+    table = ns.kubectl("get", "trainjobs").stdout
+    header = table.splitlines()[0].split()
+    assert header[:2] == ["NAME", "STATE"] and "REPLICAS" in header and "AGE" in header, table
+    # Short names work too.
+    short = ns.kubectl("get", "mxj,tfj,c2j", "-o", "name").stdout.split()
+    assert len(short) == 3, short
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_example_passes_server_dry_run(ns: Namespace, example: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    assert docs
+    result = ns.kubectl("apply", "--dry-run=server", "-f", str(example), check=False)
+    assert result.returncode == 0, result.stderr
+    assert "(server dry run)" in result.stdout, result.stdout
+
+
+def _with(kind: str, name: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    manifest = copy.deepcopy(valid(kind, name))
+    change(manifest["spec"]["replicaSpecs"])
+    return manifest
+
+
+def _typo(specs: dict[str, Any]) -> None:
+    specs["Worker"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+
+
+def _set(key: str, replicas: int) -> Callable[[dict[str, Any]], None]:
+    def change(specs: dict[str, Any]) -> None:
+        specs.setdefault(key, rs("tensorflow"))["replicas"] = replicas
+
+    return change
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda specs: specs.pop(key)
+
+
+def _master_too(specs: dict[str, Any]) -> None:
+    specs["Master"] = copy.deepcopy(specs["Chief"])
+
+
+# (id, manifest, what the API server's message must contain, the field parse_job names)
+INVALID = [
+    ("unknown-pod-field", _with("TfJob", "typo", _typo),
+     'unknown field "spec.replicaSpecs.Worker.template.spec.containers[0].imagePullPolicyy"',
+     "spec.replicaSpecs.Worker.template.spec.containers[0].imagePullPolicyy"),
+    ("two-chiefs", _with("TfJob", "two-chiefs", _set("Chief", 2)),
+     "replicaSpecs.Chief.replicas", "spec.replicaSpecs.Chief.replicas"),
+    ("chief-and-master", _with("TfJob", "chief-master", _master_too),
+     "Chief and Master", "spec.replicaSpecs.Master"),
+    ("mxjob-without-scheduler", _with("MxJob", "no-scheduler", _drop("Scheduler")),
+     "Scheduler", "spec.replicaSpecs.Scheduler"),
+    ("zero-mxnet-workers", _with("MxJob", "no-workers", _set("Worker", 0)),
+     "replicaSpecs.Worker.replicas", "spec.replicaSpecs.Worker.replicas"),
+    ("name-too-long", valid("Caffe2Job", "n" * 60),
+     "metadata.name is too long", "metadata.name"),
+    ("name-too-long-mxjob", valid("MxJob", "m" * 52),
+     "metadata.name is too long", "metadata.name"),
+    ("negative-replicas", _with("TfJob", "negative", _set("Worker", -1)),
+     "spec.replicaSpecs.Worker.replicas", "spec.replicaSpecs.Worker.replicas"),
+]
+
+
+@pytest.mark.parametrize(("manifest", "api_says", "field"), [c[1:] for c in INVALID],
+                         ids=[c[0] for c in INVALID])
+def test_invalid_job_is_refused_by_the_api_server_and_parse_job(
+    ns: Namespace, plugins: PluginManager, manifest: dict[str, Any], api_says: str, field: str
+) -> None:
+    code, out = server_dry_run(ns, manifest)
+    assert code != 0, f"the API server accepted an invalid job:\n{out}"
+    assert api_says in out, out
+    assert "is invalid" in out or "strict decoding error" in out, out
+    with pytest.raises(SpecInvalid) as refused:
+        parse_job(copy.deepcopy(manifest), plugins)
+    paths = [e.path for e in refused.value.errors]
+    assert field in paths, refused.value.summary()
+    # Nothing was created.
+    kind = manifest["kind"]
+    assert ns.job(kind, manifest["metadata"]["name"]) is None
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [valid("Caffe2Job", "c" * 54), valid("MxJob", "m" * 51), valid("TfJob", "t" * 54),
+     _with("TfJob", "master-only", lambda s: s.update(Master=s.pop("Chief")))],
+    ids=["caffe2-54-chars", "mxjob-51-chars", "tfjob-54-chars", "tfjob-master"],
+)
+def test_limits_accepted_by_both(
+    ns: Namespace, plugins: PluginManager, manifest: dict[str, Any]
+) -> None:
+    """The boundaries of the refusals above are accepted by both (no off-by-one)."""
+    code, out = server_dry_run(ns, manifest)
+    assert code == 0, out
+    parse_job(copy.deepcopy(manifest), plugins)
