@@ -1,10 +1,26 @@
 """Fixtures of the integration tests: the CRDs installed once per session, the test namespace
-as a `Namespace` helper, and operators started per test (stopped at teardown, their logs
-attached to a failing test's report)."""
+as a `Namespace` helper, and operators (stopped at teardown, their logs attached to a failing
+test's report).
+
+Two ways to get an operator:
+
+``bare_ns`` + ``operators``
+    The test's own namespace, and operators the test starts (``operators.start(...)``) and may
+    signal, kill or restart: for tests of the process itself.
+``ns``
+    The test's own namespace, watched by one operator shared by the tests of the module that
+    use ``op_ns``: started once with a ``--namespace`` for each of their namespaces (known
+    before they exist), so that tests of reconcile behaviour do not each pay the operator's
+    start-up (importing kubernetes-asyncio costs seconds of CPU). Jobs still never see each
+    other: each test has its namespace. At the end of the module the shared operator must stop
+    cleanly (SIGTERM -> 0) and must not have logged errors.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,18 +38,21 @@ def trainjobs_crds(kube_cluster: ControlPlane) -> list[str]:
 
 
 @pytest.fixture
-def ns(kube_cluster: ControlPlane, trainjobs_crds: list[str], kube_namespace: str) -> Namespace:
-    """The test's own namespace, with the CRDs installed."""
+def bare_ns(
+    kube_cluster: ControlPlane, trainjobs_crds: list[str], kube_namespace: str
+) -> Namespace:
+    """The test's own namespace, with the CRDs installed; no operator watches it."""
     return Namespace(kube_cluster, kube_namespace)
 
 
 @pytest.fixture
 def operators(
-    request: pytest.FixtureRequest, kube_cluster: ControlPlane, ns: Namespace, tmp_path: Path
+    request: pytest.FixtureRequest, kube_cluster: ControlPlane, bare_ns: Namespace,
+    tmp_path: Path,
 ) -> Iterator[Operators]:
-    """Start operators with ``operators.start(...)``; all are stopped after the test, and one
-    that exits other than expected (0 on SIGTERM) fails it."""
-    ops = Operators(kube_cluster, ns.name, tmp_path)
+    """Start operators watching ``bare_ns`` with ``operators.start(...)``; all are stopped after the
+    test, and one that exits other than expected (0 on SIGTERM) fails it."""
+    ops = Operators(kube_cluster, [bare_ns.name], tmp_path)
     request.node.stash[_OPERATORS] = ops
     try:
         yield ops
@@ -42,11 +61,45 @@ def operators(
     assert not problems, "\n".join(problems)
 
 
+@dataclass
+class SharedOperator:
+    operators: Operators
+    namespaces: dict[str, str]  # test node id -> namespace
+
+
+@pytest.fixture(scope="module")
+def shared_operator(
+    request: pytest.FixtureRequest,
+    kube_cluster: ControlPlane,
+    trainjobs_crds: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SharedOperator]:
+    users = [item for item in request.session.items
+             if item.module is request.module and "ns" in getattr(item, "fixturenames", ())]
+    names = {item.nodeid: f"test-{uuid.uuid4().hex[:10]}" for item in users}
+    ops = Operators(kube_cluster, sorted(names.values()),
+                    tmp_path_factory.mktemp("shared-operator"))
+    try:
+        ops.start(name="shared-operator")
+        yield SharedOperator(ops, names)
+    finally:
+        problems = ops.stop_all()
+    errors = ops.started[0].problems() if ops.started else []
+    assert not problems and not errors, "\n".join(problems + errors)
+
+
 @pytest.fixture
-def operator(operators: Operators) -> Operators:
-    """One operator watching the test namespace, ready; ``operators.started[0]``."""
-    operators.start()
-    return operators
+def ns(
+    request: pytest.FixtureRequest, kube_cluster: ControlPlane, shared_operator: SharedOperator
+) -> Iterator[Namespace]:
+    """The test's own namespace, watched by the module's shared operator."""
+    name = shared_operator.namespaces[request.node.nodeid]
+    request.node.stash[_OPERATORS] = shared_operator.operators
+    kube_cluster.kubectl("create", "namespace", name)
+    try:
+        yield Namespace(kube_cluster, name)
+    finally:
+        kube_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -469,23 +469,24 @@ class Operator:
 class Operators:
     """Starts operators for one test and stops every one at teardown."""
 
-    def __init__(self, plane: ControlPlane, namespace: str, tmp: Path) -> None:
+    def __init__(self, plane: ControlPlane, namespaces: list[str], tmp: Path) -> None:
         self.plane = plane
-        self.namespace = namespace
+        self.namespaces = namespaces
         self.tmp = tmp
         self.started: list[Operator] = []
 
     def start(
         self, *extra: str, name: str = "operator", wait_ready: bool = True, timeout: float = 60
     ) -> Operator:
-        """Start ``python -m trainjobs.cli operator`` watching the test namespace; wait for
+        """Start ``python -m trainjobs.cli operator`` watching the test namespace(s); wait for
         /readyz 200 unless told not to. A port taken between picking and binding is retried."""
+        watch = [arg for n in self.namespaces for arg in ("--namespace", n)]
         for attempt in range(3):
             port = free_port()
             argv = [
                 sys.executable, "-m", "trainjobs.cli", "operator",
                 "--kubeconfig", str(self.plane.kubeconfig),
-                "--namespace", self.namespace,
+                *watch,
                 "--http-address", f"127.0.0.1:{port}",
                 "--log-format", "json",
                 *extra,

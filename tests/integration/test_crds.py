@@ -95,24 +95,24 @@ def test_kubectl_explain_describes_fields(
     assert not missing, f"kubectl explain {resource} lacks {missing}:\n{out}"
 
 
-def test_get_trainjobs_lists_a_job_of_every_kind(ns: Namespace) -> None:
+def test_get_trainjobs_lists_a_job_of_every_kind(bare_ns: Namespace) -> None:
     for kind in PLURALS:
-        ns.apply(valid(kind, f"one-{kind.lower()}"))
-    names = set(ns.kubectl("get", "trainjobs", "-o", "name").stdout.split())
+        bare_ns.apply(valid(kind, f"one-{kind.lower()}"))
+    names = set(bare_ns.kubectl("get", "trainjobs", "-o", "name").stdout.split())
     assert names == {f"{kind.lower()}.trainjobs.io/one-{kind.lower()}" for kind in PLURALS}, names
-    table = ns.kubectl("get", "trainjobs").stdout
+    table = bare_ns.kubectl("get", "trainjobs").stdout
     header = table.splitlines()[0].split()
     assert header[:2] == ["NAME", "STATE"] and "REPLICAS" in header and "AGE" in header, table
     # Short names work too.
-    short = ns.kubectl("get", "mxj,tfj,c2j", "-o", "name").stdout.split()
+    short = bare_ns.kubectl("get", "mxj,tfj,c2j", "-o", "name").stdout.split()
     assert len(short) == 3, short
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_example_passes_server_dry_run(ns: Namespace, example: Path) -> None:
+def test_example_passes_server_dry_run(bare_ns: Namespace, example: Path) -> None:
     docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
     assert docs
-    result = ns.kubectl("apply", "--dry-run=server", "-f", str(example), check=False)
+    result = bare_ns.kubectl("apply", "--dry-run=server", "-f", str(example), check=False)
     assert result.returncode == 0, result.stderr
     assert "(server dry run)" in result.stdout, result.stdout
 
@@ -167,9 +167,13 @@ INVALID = [
 @pytest.mark.parametrize(("manifest", "api_says", "field"), [c[1:] for c in INVALID],
                          ids=[c[0] for c in INVALID])
 def test_invalid_job_is_refused_by_the_api_server_and_parse_job(
-    ns: Namespace, plugins: PluginManager, manifest: dict[str, Any], api_says: str, field: str
+    bare_ns: Namespace,
+    plugins: PluginManager,
+    manifest: dict[str, Any],
+    api_says: str,
+    field: str,
 ) -> None:
-    code, out = server_dry_run(ns, manifest)
+    code, out = server_dry_run(bare_ns, manifest)
     assert code != 0, f"the API server accepted an invalid job:\n{out}"
     assert api_says in out, out
     assert "is invalid" in out or "strict decoding error" in out, out
@@ -179,7 +183,7 @@ def test_invalid_job_is_refused_by_the_api_server_and_parse_job(
     assert field in paths, refused.value.summary()
     # Nothing was created.
     kind = manifest["kind"]
-    assert ns.job(kind, manifest["metadata"]["name"]) is None
+    assert bare_ns.job(kind, manifest["metadata"]["name"]) is None
 
 
 @pytest.mark.parametrize(
@@ -189,9 +193,9 @@ def test_invalid_job_is_refused_by_the_api_server_and_parse_job(
     ids=["caffe2-54-chars", "mxjob-51-chars", "tfjob-54-chars", "tfjob-master"],
 )
 def test_limits_accepted_by_both(
-    ns: Namespace, plugins: PluginManager, manifest: dict[str, Any]
+    bare_ns: Namespace, plugins: PluginManager, manifest: dict[str, Any]
 ) -> None:
     """The boundaries of the refusals above are accepted by both (no off-by-one)."""
-    code, out = server_dry_run(ns, manifest)
+    code, out = server_dry_run(bare_ns, manifest)
     assert code == 0, out
     parse_job(copy.deepcopy(manifest), plugins)

@@ -13,7 +13,6 @@ import pytest
 from tests.integration.operator_helpers import (
     EXIT_CODE_ANNOTATION,
     Namespace,
-    Operators,
     check_invariants,
     condition,
     job,
@@ -26,7 +25,7 @@ from tests.integration.operator_helpers import (
 pytestmark = pytest.mark.integration
 
 
-def test_never_and_exit_code_1_are_permanent_failures(ns: Namespace, operator: Operators) -> None:
+def test_never_and_exit_code_1_are_permanent_failures(ns: Namespace) -> None:
     ns.apply(job("TfJob", "never", {
         "Chief": replica("TfJob"),
         "Worker": replica("TfJob", 2, exit_code=1),
@@ -66,7 +65,7 @@ def test_never_and_exit_code_1_are_permanent_failures(ns: Namespace, operator: O
 
 
 def test_exit_code_retryable_exit_recreates_the_pod_then_the_job_succeeds(
-    ns: Namespace, operator: Operators
+    ns: Namespace
 ) -> None:
     """Exit 137 is retryable: the pod is recreated under the same name (new uid) and the
     restart counted; the recreated pod exits 0 and the job Succeeds. Every status written on
@@ -118,7 +117,7 @@ def test_exit_code_retryable_exit_recreates_the_pod_then_the_job_succeeds(
 
 
 def test_on_failure_in_place_restarts_count_toward_backoff_limit(
-    ns: Namespace, operator: Operators
+    ns: Namespace
 ) -> None:
     # Fails 10 times in place; backoffLimit 2 -> the third restart fails the job.
     ns.apply(job("TfJob", "crashing", {
@@ -151,7 +150,7 @@ def test_on_failure_in_place_restarts_count_toward_backoff_limit(
 
 
 def test_a_pod_deleted_by_someone_else_is_recreated_and_not_counted(
-    ns: Namespace, operator: Operators
+    ns: Namespace
 ) -> None:
     ns.apply(job("TfJob", "lost", {
         "Worker": replica("TfJob", 2),

@@ -1,8 +1,10 @@
 """The public plugin API of trainjobs: everything a framework or feature plugin may import.
 
-A plugin imports from here and from `trainjobs.api` only; anything else is private and may
-change without notice (a test enforces this for the example plugin). `PLUGIN_API_VERSION`
-changes, by a deliberate decision recorded in docs/plugins.md, whenever this surface does.
+A plugin imports from here only (and its tests from `trainjobs.testing`); anything else is
+private and may change without notice (tests/plugins/test_plugin_api.py enforces this for the
+example plugin, examples/plugins/trainjobs-pytorch). `PLUGIN_API_VERSION` changes, by a
+deliberate decision recorded in docs/plugins.md, whenever this surface does (the same test
+pins the surface in a snapshot).
 """
 
 from trainjobs.api.models import Job, JobSpec, ReplicaSpec, SpecModel

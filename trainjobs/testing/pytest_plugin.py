@@ -15,7 +15,10 @@ Fixtures:
 ``kube_namespace`` (function)
     A fresh namespace in ``kube_cluster``, deleted (without waiting) after the test.
 
-When a test using the cluster fails, its report and the session summary name the log dir.
+The binaries are found (or built: ~15 min on a cold Go cache) right after collection, when
+some collected test uses ``kube_cluster``, so a build does not count against a per-test
+timeout. When a test using the cluster fails, its report and the session summary name the
+log dir.
 Enable it with ``pytest_plugins = ["trainjobs.testing.pytest_plugin"]`` in a top-level
 ``conftest.py`` (or ``-p trainjobs.testing.pytest_plugin``).
 """
@@ -28,9 +31,27 @@ from pathlib import Path
 
 import pytest
 
+from trainjobs.testing._binaries import find_binaries
 from trainjobs.testing._controlplane import ClusterOptions, ControlPlane
+from trainjobs.testing._errors import ControlPlaneError
 
 _LOGS_DIR = pytest.StashKey[Path]()
+_BIN_DIR = pytest.StashKey[Path | ControlPlaneError]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
+    if not any("kube_cluster" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("kube_cluster: finding the control-plane binaries (a first run builds)")
+    try:
+        session.config.stash[_BIN_DIR] = find_binaries()
+    except ControlPlaneError as exc:  # reported by every test that uses the cluster
+        session.config.stash[_BIN_DIR] = exc
 
 
 @pytest.fixture(scope="session")
@@ -46,9 +67,12 @@ def kube_cluster(
     kube_cluster_options: ClusterOptions,
 ) -> Iterator[ControlPlane]:
     """A real control plane (etcd, apiserver, controller manager, scheduler, KWOK nodes)."""
+    bin_dir = request.config.stash.get(_BIN_DIR, None)
+    if isinstance(bin_dir, ControlPlaneError):
+        raise bin_dir
     workdir = tmp_path_factory.mktemp("kube-cluster")
     request.config.stash[_LOGS_DIR] = workdir / "logs"
-    plane = ControlPlane.start(workdir, kube_cluster_options)
+    plane = ControlPlane.start(workdir, kube_cluster_options, bin_dir=bin_dir)
     try:
         yield plane
     finally:

@@ -9,6 +9,7 @@ test starts a real Kubernetes control plane (etcd, kube-apiserver, scheduler, KW
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -70,11 +71,13 @@ def install_crd(cluster: ControlPlane, path: Path, timeout: float = 60.0) -> str
     applied = cluster.kubectl("apply", "--server-side", "-f", str(path), "-o", "name")
     name = applied.stdout.strip().rsplit("/", 1)[1]
     deadline = time.monotonic() + timeout
-    while cluster.kubectl("get", "crd", name, "-o", "jsonpath={.status.conditions[?(@.type=="
-                          "'Established')].status}").stdout != "True":
+    while True:
+        crd = json.loads(cluster.kubectl("get", "crd", name, "-o", "json").stdout)
+        conditions = crd.get("status", {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return name
         assert time.monotonic() < deadline, f"{name} not Established after {timeout}s"
         time.sleep(0.2)
-    return name
 
 
 def test_registered_in_the_trainjobs_entry_point_group() -> None:
