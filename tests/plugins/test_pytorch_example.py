@@ -124,7 +124,7 @@ def test_invalid_jobs_are_refused_with_paths(plugins: PluginManager) -> None:
         return doc
 
     specs = "spec.replicaSpecs"
-    assert "exactly 1" in errors_of(with_(lambda s: s["replicaSpecs"]["Master"].update(
+    assert "at most 1" in errors_of(with_(lambda s: s["replicaSpecs"]["Master"].update(
         replicas=2)), plugins)[f"{specs}.Master.replicas"]
     assert errors_of(with_(lambda s: s["replicaSpecs"].pop("Master")), plugins)
     assert "spec.nprocPerNode" in errors_of(with_(lambda s: s.update(nprocPerNode="many")),

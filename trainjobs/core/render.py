@@ -177,6 +177,9 @@ def _render_pod(
         pod_meta["annotations"] = dict(meta["annotations"])
     spec = template["spec"]
     spec["restartPolicy"] = POD_RESTART_POLICY[rspec.restart_policy]
+    scheduling = job.spec.run_policy.scheduling_policy
+    if scheduling is not None and scheduling.priority_class and "priorityClassName" not in spec:
+        spec["priorityClassName"] = scheduling.priority_class
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
     plugins.adjust_pod(job, replica, pod, ctx)
     _inject_env(job, replica, pod, ctx, plugins, errors)
