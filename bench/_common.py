@@ -121,7 +121,7 @@ def stats(values: Sequence[float]) -> dict[str, float]:
     s = sorted(values)
 
     def rank(p: float) -> float:
-        return s[min(len(s) - 1, max(0, int(round(p / 100 * len(s) + 0.5)) - 1))]
+        return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
 
     mid = len(s) // 2
     median = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
@@ -280,7 +280,7 @@ class Api:
             except ApiError as exc:
                 if exc.status == 409:
                     return
-                if exc.status != 429 and exc.status < 500 or attempt == retries - 1:
+                if (exc.status != 429 and exc.status < 500) or attempt == retries - 1:
                     raise
             except (aiohttp.ClientError, TimeoutError):
                 if attempt == retries - 1:
@@ -380,6 +380,45 @@ def attribute(diff: dict[str, int], plural: str) -> dict[str, int]:
     out = {}
     for name, keys in operator_write_keys(plural).items():
         out[name] = sum(diff.get(k, 0) for k in keys)
+    return out
+
+
+# -- CPU accounting ------------------------------------------------------------------------------
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in fields[:8]]
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / _CLK_TCK, sum(ticks) / _CLK_TCK
+
+
+def cpu_snapshot(plane: ControlPlane, operator: OperatorProcess | None = None
+                 ) -> dict[str, float]:
+    """CPU seconds used so far by each control-plane daemon, the operator, this bench process
+    and the whole machine (`machine_busy`)."""
+    out = {}
+    for name, pid in plane.pids.items():
+        st = _proc_stat(pid)
+        out[name] = st[1] if st else 0.0
+    if operator is not None and operator.proc is not None:
+        out["operator"] = operator.footprint()["cpu_s"]
+    t = os.times()
+    out["bench"] = t.user + t.system
+    out["machine_busy"], out["machine_total"] = machine_cpu()
+    return out
+
+
+def cpu_diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per component between two snapshots; `others` is the machine's busy time
+    not accounted to any of them (other users of the machine)."""
+    out = {k: round(after[k] - before.get(k, 0.0), 2) for k in after
+           if k not in ("machine_busy", "machine_total")}
+    busy = after["machine_busy"] - before["machine_busy"]
+    out["others"] = round(busy - sum(out.values()), 2)
+    out["machine_busy"] = round(busy, 2)
+    out["machine_capacity"] = round(after["machine_total"] - before["machine_total"], 2)
     return out
 
 
@@ -631,6 +670,8 @@ class JobTrack:
     seen: float
     state: str = ""
     states: dict[str, float] = field(default_factory=dict)  # first time seen in each state
+    versions: int = 0  # resourceVersions seen (1 + every write the watch showed)
+    log: list[tuple[float, str, str]] | None = None  # (time, state, status summary)
 
 
 @dataclass
@@ -673,6 +714,8 @@ class Watcher:
         self.pod_hooks: dict[tuple[str, str], Callable[[PodTrack, str], None]] = {}
         self.job_hooks: dict[tuple[str, str], Callable[[JobTrack, str, float], None]] = {}
         self.synced = asyncio.Event()
+        self.log_jobs = 0  # the first N jobs seen keep a log of their status versions
+        self.log_names: set[str] = set()
         self._synced_count = 0
         self.events = 0
 
@@ -793,7 +836,14 @@ class Watcher:
         if track is None:
             track = self.jobs[key] = JobTrack(now)
             c.jobs += 1
+            if len(self.jobs) <= self.log_jobs or key[1] in self.log_names:
+                track.log = []
+        track.versions += 1
         status = obj.get("status") or {}
+        if track.log is not None:
+            counts = ";".join(f"{t}:{'/'.join(str(v.get(f, 0)) for f in ('active', 'succeeded'))}"
+                              for t, v in sorted((status.get("replicaStatuses") or {}).items()))
+            track.log.append((now, status.get("state") or "", counts))
         state = status.get("state") or ""
         if not state:
             true = [x["type"] for x in status.get("conditions") or []

@@ -63,7 +63,7 @@ def wait_for(
     deadline = time.monotonic() + timeout
     while True:
         value = check()
-        if value is not None and value is not False:
+        if value:
             return value
         if time.monotonic() > deadline:
             text = what() if callable(what) else what

@@ -140,7 +140,8 @@ def _signature(func: Any) -> str:
         if p.kind is p.KEYWORD_ONLY and not star:
             params.append("*")
         star = star or p.kind in (p.KEYWORD_ONLY, p.VAR_POSITIONAL)
-        text = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
+        prefix = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
+        text = prefix + p.name
         if p.annotation is not p.empty:
             text += f": {_type(p.annotation)}"
         if p.default is not p.empty:
@@ -157,7 +158,7 @@ def _members(cls: type) -> dict[str, str]:
     for name, value in vars(cls).items():
         if name.startswith("_") and name != "__init__":
             continue
-        if isinstance(value, property):
+        if isinstance(value, property) and value.fget is not None:
             out[name] = "property -> " + _type(inspect.signature(value.fget).return_annotation)
         elif isinstance(value, (staticmethod, classmethod)):
             out[name] = f"{type(value).__name__} {_signature(value.__func__)}"
@@ -188,10 +189,10 @@ def describe(obj: Any) -> dict[str, Any]:
                 "fields": fields, "members": members}
     if issubclass(obj, pydantic.BaseModel):
         fields = {}
-        for name, f in obj.model_fields.items():
-            default = ("required" if f.is_required() else
-                       "factory" if f.default_factory is not None else _default(f.default))
-            fields[name] = f"{_type(f.annotation)} alias={f.alias} = {default}"
+        for name, info in obj.model_fields.items():
+            default = ("required" if info.is_required() else
+                       "factory" if info.default_factory is not None else _default(info.default))
+            fields[name] = f"{_type(info.annotation)} alias={info.alias} = {default}"
         config = {k: obj.model_config.get(k) for k in ("extra", "frozen", "populate_by_name")}
         return {"kind": "model", "bases": bases, "config": config, "fields": fields,
                 "members": _members(obj)}
@@ -223,7 +224,9 @@ def surface() -> dict[str, Any]:
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
-    dump = lambda d: json.dumps(d, indent=2, sort_keys=True).splitlines()  # noqa: E731
+    def dump(d: dict[str, Any]) -> list[str]:
+        return json.dumps(d, indent=2, sort_keys=True).splitlines()
+
     return "\n".join(difflib.unified_diff(dump(old), dump(new), "snapshot", "now", lineterm=""))
 
 

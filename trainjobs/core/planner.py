@@ -116,7 +116,7 @@ def plan(
         state.plan.status = old
         return state.plan
     if _finished(old):
-        return _finish(state, desired, pods, services)
+        return _finish(state, desired, pods, services, extras)
     if job.spec.run_policy.suspend:
         return _suspend(state, pods)
     if _current(old) is ConditionType.SUSPENDED:
@@ -159,7 +159,7 @@ def plan(
     if state.failure is None and total_restarts > backoff_limit:
         state.failure = ("BackoffLimitExceeded",
                          f"{total_restarts} restarts exceed backoffLimit {backoff_limit}"
-                         + _last_failure_note(pods))
+                         + _last_failure_note(pods, spec_types))
     deadline = job.spec.run_policy.active_deadline_seconds
     started = _parse(state.status.get("startTime"))
     if state.failure is None and deadline is not None and started is not None:
@@ -281,13 +281,20 @@ def _failed(
     return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
 
 
-def _last_failure_note(pods: Sequence[ObservedPod]) -> str:
+def _last_failure_note(pods: Sequence[ObservedPod], spec_types: Mapping[str, str]) -> str:
     failed = [p for p in pods if p.phase is PodPhase.FAILED and not p.disrupted]
-    if not failed:
+    if failed:
+        last = failed[-1]
+        return f"; last failure: pod {last.name} exit code {last.exit_code}" + (
+            f" ({last.reason})" if last.reason else "")
+    # Restarts in place (OnFailure/Always): name the replicas that restarted most.
+    restarted = sorted((p for p in pods if p.restarts and not p.deleting),
+                       key=lambda p: (-p.restarts, p.name))[:3]
+    if not restarted:
         return ""
-    last = failed[-1]
-    return f"; last failure: pod {last.name} exit code {last.exit_code}" + (
-        f" ({last.reason})" if last.reason else "")
+    return "; restarted in place: " + ", ".join(
+        f"replica {spec_types.get(p.replica_type_lower, p.replica_type_lower)} {p.index} "
+        f"(pod {p.name}) {p.restarts} time{'s' if p.restarts != 1 else ''}" for p in restarted)
 
 
 def _elastic_ok(job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
@@ -304,7 +311,11 @@ def _elastic_ok(job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
 
 
 def _finish(
-    state: _State, desired: RenderedJob, pods: Sequence[ObservedPod], services: set[str]
+    state: _State,
+    desired: RenderedJob,
+    pods: Sequence[ObservedPod],
+    services: set[str],
+    extras: set[str],
 ) -> Plan:
     """A finished job: apply cleanPodPolicy, then the TTL. Nothing is ever created again."""
     job, plan_ = state.job, state.plan
@@ -316,6 +327,13 @@ def _finish(
             plan_.delete_pods.append(pod.name)
             if pod.name in services:
                 plan_.delete_services.append(pod.name)
+    if policy is not CleanPodPolicy.NONE:
+        # Pods a plugin added for the replicas (a managed Redis) serve them until they end and
+        # run forever otherwise: like running replicas, they go when the job has finished.
+        listed = {p.name for p in pods} | set(plan_.delete_pods)
+        plan_.delete_pods.extend(sorted(
+            name for kind, _, name in (ref.partition("/") for ref in extras)
+            if kind == "Pod" and name not in listed))
     ttl = job.spec.run_policy.ttl_seconds_after_finished
     completed = job.status.completion_time
     if ttl is not None and completed is not None:

@@ -295,7 +295,7 @@ class Controller:
                 pods[entry.name] = pod
             elif entry.kind == "Service" and entry.replica:
                 services.add(entry.name)
-            else:
+            elif ref not in deleting:  # (a finished job's managed pod being deleted: gone)
                 extras.add(ref)
         for ref in creating:
             kind, name = ref.split("/", 1)
@@ -317,7 +317,9 @@ class Controller:
             new.counted_failures != old.counted_failures or \
             new.completion_time != old.completion_time
         now = time.monotonic()
-        last = self._last_status_write.get(key, 0.0)
+        # A job's first status waits like a count change: it then goes out once, counting the
+        # pods this reconcile creates, instead of once before them and once after.
+        last = self._last_status_write.setdefault(key, now)
         wait = self.settings.status_coalesce_seconds - (now - last)
         if not urgent and wait > 0:
             self.queue.add_after(key, wait)
@@ -367,7 +369,10 @@ class Controller:
         for err in errors:
             if isinstance(err, ApiError) and not err.retryable and err.status in (400, 403, 422):
                 # The API server refuses what we built from this job: it cannot run as is.
-                await self._fail(key, job, "CreateFailed", str(err))
+                # Fail from the status this reconcile just wrote (Created, startTime, replica
+                # counts), not the one it started from.
+                await self._fail(key, job.model_copy(update={"status": decision.status}),
+                                 "CreateFailed", str(err))
                 return
         if errors:
             first = errors[0]
@@ -405,7 +410,8 @@ class Controller:
                            "message": message[:2000], "lastTransitionTime": now.isoformat()})
         status = job.status.model_copy(update={
             "state": "Failed", "completion_time": now, "start_time": job.status.start_time or now,
-            "conditions": JobStatus.model_validate({"conditions": conditions}).conditions})
+            "conditions": JobStatus.model_validate({"conditions": conditions}).conditions,
+            "observed_generation": job.metadata.generation or job.status.observed_generation})
         await self._write_status(key, job, status)
         await self.events.emit(job, "Warning", reason, message[:1000])
 

@@ -1,14 +1,18 @@
 """Every hook a trainjobs plugin can implement. The one place that defines the plugin contract.
 
-Hooks run in this fixed order for each job (the order of this module):
+Hooks run in this fixed order (the order of this module; docs/plugins.md has the details):
 
 1. `trainjobs_frameworks` — once at load: which kinds the plugin adds.
 2. `trainjobs_validate` — for each job: problems only a plugin can see. Errors of every plugin
    are collected, never only the first.
-3. `trainjobs_replica_env` — for each replica: environment variables to inject.
-4. `trainjobs_adjust_pod` — for each replica: edits to the pod the core built.
-5. `trainjobs_extra_objects` — for each job: further objects the job owns.
-6. `trainjobs_job_succeeded` — on every status change: the kind's success rule.
+3. `trainjobs_adjust_pod` — for each replica: edits to the pod the core built.
+4. `trainjobs_replica_env` — for each replica, right after its pod's edits: environment
+   variables to inject.
+5. `trainjobs_extra_objects` — for each job, after its pods: further objects the job owns.
+6. `trainjobs_job_succeeded` — on every reconcile of a running job: the kind's success rule.
+
+Steps 3-5 are one rendering of the job. Validation renders it too, with placeholder
+Kubernetes addresses, so environment collisions are refused before anything runs.
 
 Rules every implementation follows (reconcile runs again and again on the same job):
 - Deterministic and idempotent: the same job and context give the same answer.
@@ -63,26 +67,31 @@ def trainjobs_validate(job: Job, framework: Framework) -> Sequence[SpecError] | 
 
 
 @hookspec
-def trainjobs_replica_env(
-    job: Job, replica: Replica, ctx: RenderContext
-) -> ReplicaEnv | None:
-    """Environment variables for one replica's containers.
-
-    `ctx.cluster` holds every replica's address. Two plugins setting the same variable is an
-    error; a user's variable of the same name in the template refuses the job.
-    """
-    raise NotImplementedError
-
-
-@hookspec
 def trainjobs_adjust_pod(
     job: Job, replica: Replica, pod: dict[str, Any], ctx: RenderContext
 ) -> None:
     """Edit the pod the core built for `replica`, in place.
 
-    `pod` is a full core/v1 Pod (a dict) with names, labels, ownerReferences, ports and the
-    injected environment already set. Add containers, volumes or env; do not rename the pod or
-    change its labels. Must be idempotent: the core rebuilds the pod from the job every time.
+    `pod` is a full core/v1 Pod (a dict) built from the replica's template: name, namespace,
+    labels, ownerReferences and restartPolicy set. The plugins' environment and the framework
+    port are added after this hook, so a framework container added here (TensorFlow's PS
+    server) receives them too. Add
+    containers, volumes, labels or env; do not rename the pod or change the core's labels.
+    Runs in plugin load order. Must be idempotent: the core rebuilds the pod every time.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def trainjobs_replica_env(
+    job: Job, replica: Replica, ctx: RenderContext
+) -> ReplicaEnv | None:
+    """Environment variables for one replica's containers.
+
+    `ctx.cluster` holds every replica's address. The variables go into the framework's
+    container, or every container with `ReplicaEnv(all_containers=True)`, before the
+    template's own. Two plugins setting the same variable is an error; a user's variable of the
+    same name in the template refuses the job.
     """
     raise NotImplementedError
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 from trainjobs.testing._binaries import find_binaries
@@ -46,13 +48,26 @@ def apply_crds(
         line.strip() for line in applied.stdout.splitlines() if line.strip().startswith(_CRD_PREFIX)
     ]
     if crds:
-        run_kubectl(
-            kubectl,
-            kubeconfig,
-            "wait",
-            "--for=condition=Established",
-            f"--timeout={int(timeout)}s",
-            *crds,
-            timeout=timeout + 10,
-        )
+        _wait_established(kubectl, kubeconfig, crds, timeout)
     return [name.removeprefix(_CRD_PREFIX) for name in crds]
+
+
+def _wait_established(kubectl: Path, kubeconfig: Path, crds: list[str], timeout: float) -> None:
+    """Poll until every CRD is Established. (`kubectl wait` fails at once with "conditions
+    accessor error" when asked before the API server wrote a new CRD's first condition.)"""
+    deadline = time.monotonic() + timeout
+    names = {c.removeprefix(_CRD_PREFIX) for c in crds}
+    while True:
+        listing = json.loads(run_kubectl(kubectl, kubeconfig, "get", "crd", "-o", "json",
+                                         timeout=timeout).stdout)
+        ready = {
+            item["metadata"]["name"] for item in listing.get("items", [])
+            if any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in (item.get("status") or {}).get("conditions") or [])
+        }
+        if ready >= names:
+            return
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"CRDs not Established after {timeout:.0f}s: "
+                                    f"{sorted(names - ready)}")
+        time.sleep(0.2)

@@ -1,0 +1,125 @@
+"""Robustness on the real control plane: jobs the API server accepts but that cannot run end
+Failed with a reason and never stall other jobs; an operator SIGKILLed while it creates a
+50-replica job is restarted and converges to exactly the desired pods, each created once."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from tests.integration.operator_helpers import (
+    Namespace,
+    Operators,
+    condition,
+    job,
+    replica,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_jobs_that_cannot_run_fail_with_a_reason_and_never_stall_others(ns: Namespace) -> None:
+    bad_env = job("MxJob", "bad-env", {
+        "Scheduler": replica("MxJob"),
+        "Server": replica("MxJob"),
+        # Collides with the variable trainjobs injects: refused, never silently overwritten.
+        "Worker": replica("MxJob", exit_code=0, env=[{"name": "DMLC_ROLE", "value": "server"}]),
+    })
+    bad_pod = job("TfJob", "bad-pod", {
+        "Chief": replica("TfJob", exit_code=0),
+        # Valid for the CRD schema, refused by pod validation (a volume name is a DNS label).
+        "Worker": replica("TfJob", 2, volumeMounts=[{"name": "Bad_Volume", "mountPath": "/d"}]),
+    })
+    bad_pod["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["volumes"] = [
+        {"name": "Bad_Volume", "emptyDir": {}}]
+    # Passes the schema, refused by the TfJob plugin: nothing decides its success.
+    only_ps = job("TfJob", "only-ps", {"PS": replica("TfJob", 2)})
+    # Passes the schema, refused by the Caffe2 plugin: 'none' cannot connect two shards.
+    no_backend = job("Caffe2Job", "no-backend", {"Worker": replica("Caffe2Job", 2)},
+                     backend={"type": "none"})
+    for manifest in (bad_env, bad_pod, only_ps, no_backend):
+        ns.apply(manifest)  # the API server accepts them all
+    good = job("MxJob", "good", {
+        "Scheduler": replica("MxJob"),
+        "Server": replica("MxJob"),
+        "Worker": replica("MxJob", 2, exit_code=0),
+    })
+    started = time.monotonic()
+    ns.apply(good)
+    ns.wait_condition("MxJob", "good", "Succeeded", timeout=30)
+    assert time.monotonic() - started < 20
+
+    expected = {
+        ("MxJob", "bad-env"): ("InvalidSpec", ["DMLC_ROLE", "spec.replicaSpecs.Worker"]),
+        ("TfJob", "bad-pod"): ("CreateFailed", ["bad-pod-worker-", "spec.volumes[0].name",
+                                                "Bad_Volume"]),
+        ("TfJob", "only-ps"): ("InvalidSpec", ["Chief", "Worker"]),
+        ("Caffe2Job", "no-backend"): ("InvalidSpec", ["spec.backend.type"]),
+    }
+    for (kind, name), (reason, words) in expected.items():
+        ns.wait_condition(kind, name, "Failed", timeout=20)
+        status = ns.status(kind, name)
+        failed = condition(status, "Failed")
+        assert failed is not None and failed["reason"] == reason, status
+        for word in words:
+            assert word in failed["message"], (word, failed["message"])
+        assert status["state"] == "Failed" and status.get("completionTime"), status
+        assert reason in ns.event_reasons(name)
+    # A refused spec creates nothing; a refused pod leaves no running pods behind.
+    for name in ("bad-env", "only-ps", "no-backend"):
+        assert ns.pods(name) == [] and ns.services(name) == []
+    wait_for(lambda: all(p["status"].get("phase") != "Running" or
+                         p["metadata"].get("deletionTimestamp") for p in ns.pods("bad-pod")),
+             lambda: f"bad-pod's running pods to be cleaned: {ns.pod_summary('bad-pod')}")
+    # Still Failed a moment later: nothing retries a job that cannot run.
+    time.sleep(1)
+    assert ns.status("TfJob", "bad-pod")["state"] == "Failed"
+
+
+def test_sigkill_while_creating_50_replicas_then_restart_creates_each_pod_once(
+    bare_ns: Namespace, operators: Operators
+) -> None:
+    ns = bare_ns
+    first = operators.start(name="first")
+    ns.create(job("TfJob", "big", {"Worker": replica("TfJob", 50)}))
+
+    def some_pods() -> int:
+        return len(ns.pods("big"))
+
+    wait_for(some_pods, "the first pods of the 50", timeout=30, interval=0.01)
+    first.kill()
+    time.sleep(1)  # requests in flight at the kill have landed
+    at_kill = {p["metadata"]["name"]: (p["metadata"]["uid"], p["metadata"]["creationTimestamp"])
+               for p in ns.pods("big")}
+    services_at_kill = len(ns.services("big"))
+    assert 0 < len(at_kill) < 50, f"the kill came after all pods were created: {len(at_kill)}"
+
+    second = operators.start(name="second")
+    names = {f"big-worker-{i}" for i in range(50)}
+    status = ns.wait_state("TfJob", "big", "Running", timeout=60)
+    wait_for(lambda: {p["metadata"]["name"] for p in ns.pods("big")} == names,
+             lambda: f"exactly the 50 worker pods, have {len(ns.pods('big'))}")
+    pods = ns.pods("big")
+    assert len(pods) == 50 and not any(p["metadata"].get("deletionTimestamp") for p in pods)
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        if name in at_kill:
+            assert (pod["metadata"]["uid"], pod["metadata"]["creationTimestamp"]) == \
+                at_kill[name], f"{name} was recreated"
+    assert {s["metadata"]["name"] for s in ns.services("big")} == names
+    # Each pod was scheduled exactly once: no pod was ever deleted and created again.
+    scheduled = Counter(e["involvedObject"]["name"] for e in ns.events()
+                        if e["reason"] == "Scheduled" and e["involvedObject"]["kind"] == "Pod")
+    assert set(scheduled) == names and set(scheduled.values()) == {1}, scheduled
+    time.sleep(1.5)
+    status = ns.status("TfJob", "big")
+    assert status["replicaStatuses"]["Worker"]["active"] == 50, status
+    assert status["replicaStatuses"]["Worker"]["restarts"] == 0, status
+    # The second operator found everything the first made: no conflict, no error.
+    problems = second.problems(allowed=r"\b429\b", levels=("error", "critical", "warning"))
+    assert not problems, problems
+    assert not second.logged(r"\b409\b|already exists"), second.logged(r"409")
+    print(f"at the kill: {len(at_kill)} pods, {services_at_kill} services")
