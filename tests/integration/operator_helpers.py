@@ -4,8 +4,9 @@ and reads and waits against one test namespace of the real control plane.
 Why a subprocess: the tests check what users and a Deployment see — the command line, the
 HTTP endpoints, the logs, signals, two replicas electing a leader — and a SIGKILL must kill a
 real process. Each operator runs in its own process group with ``--namespace`` set to the
-test's namespace, so tests never see each other's jobs; every one started is stopped at
-teardown, and the tail of its JSON log is attached to a failing test's report.
+namespace(s) of its test(s), each test having its own, so tests never see each other's jobs;
+every one started is stopped at teardown (SIGTERM, expecting exit 0), and the tail of its JSON
+log is attached to a failing test's report (see conftest.py).
 
 Pods end through the KWOK annotations of ``trainjobs/testing/kwok_stages.yaml`` put on the
 replica template's metadata (the operator copies them to the pods); a pod without
@@ -37,6 +38,7 @@ from trainjobs.testing import (
     RUN_DURATION_ANNOTATION,
     ControlPlane,
 )
+from trainjobs.testing._process import start_daemon
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS_DIR = REPO / "crds"
@@ -495,9 +497,8 @@ class Operators:
             log = self.tmp / f"{label}.log"
             env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
             env["PYTHONUNBUFFERED"] = "1"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                        cwd=self.tmp, start_new_session=True)
+            # Its own session (process group); killed by the kernel should pytest die hard.
+            proc = start_daemon(argv, log, env=env, cwd=self.tmp, die_with_parent=True)
             op = Operator(label, proc, log, port, argv)
             self.started.append(op)
             if not wait_ready:

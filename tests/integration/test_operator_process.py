@@ -58,8 +58,9 @@ def test_leader_election_one_acts_and_a_standby_takes_over(
     a.kill()
     b.wait_logged("became leader", timeout=15)
     took = time.monotonic() - killed
-    # The lease expires at most lease-duration after a's last renewal; b tries every second.
-    assert took <= 4 + 1 + 3, f"the standby took {took:.1f}s to take over"
+    # The lease expires at most lease-duration after a's last renewal; b tries every second
+    # (plus a margin for a loaded machine).
+    assert took <= 4 + 1 + 5, f"the standby took {took:.1f}s to take over"
     b.wait_logged("caches synced")
     spec = lease(ns)
     assert spec["holderIdentity"] == f"{host}-{b.pid}" and spec["leaseTransitions"] == 1, spec
@@ -135,3 +136,6 @@ def test_health_metrics_events_and_sigterm(bare_ns: Namespace, operators: Operat
     assert time.monotonic() - started < 5
     assert op.logged("stopped")
     assert not op.problems()
+    # --log-format json: every line is a JSON record.
+    assert all(r["level"] != "raw" and {"time", "logger", "msg"} <= r.keys()
+               for r in op.records()), op.tail()

@@ -136,6 +136,8 @@ def test_on_failure_in_place_restarts_count_toward_backoff_limit(
     failed = condition(status, "Failed")
     assert failed is not None and failed["reason"] == "BackoffLimitExceeded", status
     assert "3 restarts exceed backoffLimit 2" in failed["message"], failed
+    # The replica that restarted is named (its exit code is in the pod's lastState only).
+    assert "replica Worker 0 (pod crashing-worker-0) 3 times" in failed["message"], failed
     assert status["replicaStatuses"]["Worker"]["restarts"] == 3, status
     pod = ns.pod("crashing-worker-0")
     # The pod itself was restarted in place, never recreated (cleanPodPolicy Running deletes

@@ -67,7 +67,11 @@ def test_jobs_that_cannot_run_fail_with_a_reason_and_never_stall_others(ns: Name
         for word in words:
             assert word in failed["message"], (word, failed["message"])
         assert status["state"] == "Failed" and status.get("completionTime"), status
+        assert status["observedGeneration"] == 1, status
         assert reason in ns.event_reasons(name)
+    # The pods were being created: the job had its Created condition, and keeps it.
+    created = condition(ns.status("TfJob", "bad-pod"), "Created")
+    assert created is not None and created["status"] == "True"
     # A refused spec creates nothing; a refused pod leaves no running pods behind.
     for name in ("bad-env", "only-ps", "no-backend"):
         assert ns.pods(name) == [] and ns.services(name) == []

@@ -164,6 +164,8 @@ def test_success_rule_of_each_kind_and_what_the_operator_creates(
     ns.end_pod("c2-worker-1")
     ns.wait_condition("Caffe2Job", "c2", "Succeeded")
     assert ns.status("Caffe2Job", "c2")["replicaStatuses"]["Worker"]["succeeded"] == 2
+    # The managed Redis served the shards; cleanPodPolicy Running deletes it with the job done.
+    ns.wait_pods("c2", {"c2-worker-0": "Succeeded", "c2-worker-1": "Succeeded"})
 
     # kubectl shows the state in its printer columns.
     table = ns.kubectl("get", "trainjobs", "--no-headers").stdout
