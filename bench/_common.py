@@ -621,8 +621,9 @@ def tfjob_path(namespace: str, name: str = "") -> str:
 
 def rendered_objects(job: dict[str, Any], owner: dict[str, Any]) -> list[dict[str, Any]]:
     """The Services and pods the operator would create for `job` (rendered by the same code),
-    relabelled for the ceiling: `CEILING_JOB_LABEL` instead of the job-name label, and owned
-    by `owner` (an object that exists, so the garbage collector leaves them alone)."""
+    relabelled for the ceiling: `CEILING_JOB_LABEL` instead of the job-name label, owned by
+    `owner` (an object that exists, so the garbage collector leaves them alone), and without
+    the annotations that make KWOK end a pod."""
     from trainjobs.core.render import render_job
     from trainjobs.core.validation import parse_job
     from trainjobs.plugin.manager import load_plugins
@@ -640,6 +641,10 @@ def rendered_objects(job: dict[str, Any], owner: dict[str, Any]) -> list[dict[st
         meta = obj["metadata"]
         meta["labels"] = _relabel(meta.get("labels", {}))
         meta["ownerReferences"] = [owner]
+        # Ceiling pods run until deleted: KWOK ending them would still be busy with that
+        # when the next phase starts.
+        for ann in (EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION):
+            meta.get("annotations", {}).pop(ann, None)
         if obj["kind"] == "Service":
             obj["spec"]["selector"] = _relabel(obj["spec"]["selector"])
         out.append(obj)

@@ -312,7 +312,7 @@ def _start_pyspy(pid: int, prefix: Path) -> subprocess.Popen[bytes] | None:
     if not Path(exe).exists():
         log("py-spy not installed: no profile")
         return None
-    cmd = [exe, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
+    cmd = [exe, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--format", "raw",
            "-o", f"{prefix}.txt"]
     log(f"profiling: {' '.join(cmd)}")
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -57,6 +57,9 @@ class ObservedPod:
     disrupted: bool = False
     waiting_reason: str = ""
     created: datetime | None = None
+    # The last in-place restart's exit (OnFailure/Always): what a backoffLimit message names.
+    last_exit_code: int | None = None
+    last_reason: str = ""
 
     @property
     def active(self) -> bool:
@@ -103,6 +106,14 @@ def from_pod(pod: dict[str, Any], container_name: str) -> ObservedPod | None:
             waiting = wait.get("reason") or ""
             if waiting in UNRUNNABLE_REASONS and not message:
                 message = wait.get("message") or ""
+    last_exit_code: int | None = None
+    last_reason = ""
+    for cs in ([main] if main else []) + [s for s in statuses if s is not main]:
+        last = (cs.get("lastState") or {}).get("terminated")
+        if last is not None:
+            last_exit_code = int(last.get("exitCode", 0))
+            last_reason = last.get("reason") or ""
+            break
     disrupted = reason in DISRUPTION_REASONS or any(
         c.get("type") == "DisruptionTarget" and c.get("status") == "True"
         for c in status.get("conditions") or [])
@@ -120,4 +131,6 @@ def from_pod(pod: dict[str, Any], container_name: str) -> ObservedPod | None:
         disrupted=disrupted,
         waiting_reason=waiting,
         created=_parse_time(meta.get("creationTimestamp")),
+        last_exit_code=last_exit_code,
+        last_reason=last_reason,
     )

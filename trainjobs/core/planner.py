@@ -118,7 +118,7 @@ def plan(
     if _finished(old):
         return _finish(state, desired, pods, services, extras)
     if job.spec.run_policy.suspend:
-        return _suspend(state, pods)
+        return _suspend(state, pods, extras)
     if _current(old) is ConditionType.SUSPENDED:
         _clear_exclusive(state, ConditionType.SUSPENDED, "JobResumed",
                          f"{job.kind} {job.name} is resumed")
@@ -294,7 +294,10 @@ def _last_failure_note(pods: Sequence[ObservedPod], spec_types: Mapping[str, str
         return ""
     return "; restarted in place: " + ", ".join(
         f"replica {spec_types.get(p.replica_type_lower, p.replica_type_lower)} {p.index} "
-        f"(pod {p.name}) {p.restarts} time{'s' if p.restarts != 1 else ''}" for p in restarted)
+        f"(pod {p.name}) {p.restarts} time{'s' if p.restarts != 1 else ''}"
+        + (f", last exit code {p.last_exit_code}" if p.last_exit_code is not None else "")
+        + (f" ({p.last_reason})" if p.last_reason else "")
+        for p in restarted)
 
 
 def _elastic_ok(job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
@@ -330,10 +333,7 @@ def _finish(
     if policy is not CleanPodPolicy.NONE:
         # Pods a plugin added for the replicas (a managed Redis) serve them until they end and
         # run forever otherwise: like running replicas, they go when the job has finished.
-        listed = {p.name for p in pods} | set(plan_.delete_pods)
-        plan_.delete_pods.extend(sorted(
-            name for kind, _, name in (ref.partition("/") for ref in extras)
-            if kind == "Pod" and name not in listed))
+        plan_.delete_pods.extend(_extra_pods(extras, pods, plan_.delete_pods))
     ttl = job.spec.run_policy.ttl_seconds_after_finished
     completed = job.status.completion_time
     if ttl is not None and completed is not None:
@@ -349,11 +349,21 @@ def _finish(
     return plan_
 
 
-def _suspend(state: _State, pods: Sequence[ObservedPod]) -> Plan:
+def _extra_pods(extras: set[str], pods: Sequence[ObservedPod], deleting: list[str]) -> list[str]:
+    """Names of the pods among a plugin's extra objects, not already listed."""
+    listed = {p.name for p in pods} | set(deleting)
+    return sorted(name for kind, _, name in (ref.partition("/") for ref in extras)
+                  if kind == "Pod" and name not in listed)
+
+
+def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str]) -> Plan:
+    """A suspended job runs nothing: its pods go, and the pods plugins added for them (they
+    come back, like the replicas, when the job resumes)."""
     job = state.job
     for pod in pods:
         if not pod.deleting:
             state.plan.delete_pods.append(pod.name)
+    state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
     if _current(job.status) is not ConditionType.SUSPENDED:
         state.plan.events.append(Event("Normal", "JobSuspended", "suspended: pods deleted"))
     _set_exclusive(state, ConditionType.SUSPENDED, "JobSuspended",

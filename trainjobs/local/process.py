@@ -196,7 +196,9 @@ class ReplicaProcess:
             name=self.name, uid=self.uid, replica_type_lower=self.replica_type_lower,
             index=self.index, phase=self.phase, exit_code=self.exit_code,
             reason="" if self.exit_code in (None, 0) else "Error", restarts=self.restarts,
-            deleting=self.deleting and not self.finished, created=self.created)
+            deleting=self.deleting and not self.finished, created=self.created,
+            last_exit_code=self.exit_code if self.restarts else None,
+            last_reason="Error" if self.restarts and self.exit_code else "")
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -1,0 +1,143 @@
+"""PNG plots of the benchmark results (matplotlib, a bench-only dependency).
+
+    python -m bench.plot                      # docs/benchmarks/{fanout,scale}.json -> PNGs
+    python -m bench.plot --fanout F.json --scale S.json --outdir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench._common import RESULTS_DIR
+
+COLORS = {"ours": "tab:blue", "ceiling": "tab:gray"}
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("matplotlib is missing: $(scripts/uv.sh) pip install --python "
+                         "$(scripts/dev-venv.sh)/bin/python matplotlib") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_fanout(data: dict[str, Any], out: Path) -> Path:
+    plt = _matplotlib()
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    params = data["params"]
+    labels = list(data["commands"])
+    styles = ["-", "--", ":", "-."]
+    ceilings = data["repeats"][0]["ceilings"]
+    palette = ["tab:gray", "black", "tab:brown"]
+    others = ["tab:blue", "tab:orange", "tab:green", "tab:purple"]
+    for i, rep in enumerate(data["repeats"]):
+        ls = styles[i % len(styles)]
+        series = [(f"ceiling{c}", f"ceiling, {c} in flight", palette[j % len(palette)])
+                  for j, c in enumerate(ceilings)]
+        series += [(lab, lab, others[j % len(others)]) for j, lab in enumerate(labels)]
+        for key, name, color in series:
+            pts = rep[key]["created_series"]
+            run = rep[key]["running_series"]
+            label = name if i == 0 else None
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, color=color, label=label,
+                    linewidth=1.3)
+            ax2.plot([p[0] for p in run], [p[1] for p in run], ls, color=color, label=label,
+                     linewidth=1.3)
+    n = params["jobs"] * (1 + params["workers"])
+    ax.set_title(f"pods + Services created ({params['jobs']} TfJobs x {1 + params['workers']}"
+                 f" replicas = {2 * n} objects)")
+    ax.set_xlabel("seconds since the first create")
+    ax.set_ylabel("objects seen by the watcher")
+    ax2.set_title("pods Running (seen by the watcher)")
+    ax2.set_xlabel("seconds since the first create")
+    ax2.set_ylabel("pods")
+    for a in (ax, ax2):
+        a.grid(alpha=0.3)
+        a.legend(loc="lower right", fontsize=8)
+    m = data["machine"]
+    fig.suptitle(f"fan-out, {len(data['repeats'])} repeats (line style per repeat); "
+                 f"{m['nproc']} CPUs, {m['cpu_model']}, shared", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_scale(data: dict[str, Any], out: Path) -> Path:
+    plt = _matplotlib()
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+
+    def cdf(a: Any, values: list[float], label: str, color: str) -> None:
+        xs = [v * 1000 for v in sorted(values)]
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        a.step(xs, ys, where="post", label=label, color=color)
+
+    f = data["footprint_full"]
+    cdf(ax, data["latency"]["values"], f"pod Succeeded -> job Succeeded ({f['jobs']} jobs)",
+        "tab:blue")
+    ax.axvline(250, color="tab:red", linestyle=":", label="target p99 250 ms")
+    ax.axhline(0.99, color="tab:gray", linestyle=":", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("milliseconds")
+    ax.set_ylabel("fraction of changes")
+    ax.set_title("reaction latency (watcher to watcher)")
+    cdf(ax2, data["probes_empty"]["values"], "no other job", "tab:gray")
+    cdf(ax2, data["probes_full"]["values"], f"{f['jobs']} jobs, {f['pods']} pods present",
+        "tab:blue")
+    ax2.axhline(0.99, color="tab:gray", linestyle=":", linewidth=0.8)
+    ax2.set_xscale("log")
+    ax2.set_xlabel("milliseconds")
+    ax2.set_title("new job: create sent -> all pods seen")
+    for a in (ax, ax2):
+        a.grid(alpha=0.3, which="both")
+        a.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    series = data.get("operator_series")
+    if series:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.plot([s[0] for s in series], [s[1] for s in series], color="tab:blue")
+        ax.set_xlabel("seconds since the operator started")
+        ax.set_ylabel("operator RSS (MB)")
+        ax.set_title(f"operator RSS while {f['jobs']} jobs / {f['pods']} pods arrive")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out.with_name(out.stem + "-rss.png"), dpi=110)
+        plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.plot", description=__doc__)
+    p.add_argument("--fanout", type=Path, default=RESULTS_DIR / "fanout.json")
+    p.add_argument("--scale", type=Path, default=RESULTS_DIR / "scale.json")
+    p.add_argument("--outdir", type=Path, default=RESULTS_DIR)
+    args = p.parse_args(argv)
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    done = []
+    if args.fanout.exists():
+        done.append(plot_fanout(json.loads(args.fanout.read_text()),
+                                args.outdir / "fanout.png"))
+    if args.scale.exists():
+        data = json.loads(args.scale.read_text())
+        if "probes_full" in data:
+            done.append(plot_scale(data, args.outdir / "scale.png"))
+    for path in done:
+        print(path)
+    if not done:
+        print("no results to plot", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,374 @@
+"""Scale benchmark: thousands of jobs present. Reaction latency, new-job latency against an
+empty-cluster baseline measured in the same run, and the operator's footprint.
+
+One control plane, one namespace, the operator watching it:
+
+1. baseline: --probes new jobs, one every --probe-interval seconds, on an empty cluster; for
+   each, the time from sending its create to the watcher seeing all its pods;
+2. populate: jobs until --jobs exist (all but --running of them finish: KWOK ends their pods
+   with exit code 0 after --finished-run); wait until every one is Succeeded or Running;
+3. footprint: the operator's RSS now and its peak (VmHWM), CPU seconds, per 1,000 pods;
+4. latency: --changes times, end the Chief of a running job (patch its pod's annotations so
+   KWOK ends it with exit code 0 at once); from the watcher seeing the pod Succeeded to the
+   watcher seeing the job Succeeded;
+5. the same probes as in 1, now with every job present;
+6. restart the operator: time to ready (LIST of everything), its peak RSS while re-syncing,
+   and the writes it makes (none expected: nothing changed).
+
+    python -m bench.scale                                  # 5,000 jobs / 20,000 pods
+    python -m bench.scale --jobs 1000 --changes 200 --running 220
+
+Figures go to stdout; everything measured to docs/benchmarks/scale.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._common import (
+    BENCH_UA,
+    DEFAULT_OPERATOR_CMD,
+    RESULTS_DIR,
+    Api,
+    Cluster,
+    JobTrack,
+    OperatorProcess,
+    PodTrack,
+    Watcher,
+    attribute,
+    audit_writes,
+    counter_diff,
+    cpu_diff,
+    cpu_snapshot,
+    gather_limited,
+    install_signal_handlers,
+    log,
+    machine,
+    stats,
+    tfjob,
+    tfjob_path,
+    write_counters,
+    write_result,
+)
+from bench.fanout import _start_pyspy, _stop_pyspy
+from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jobs", type=int, default=5000, help="jobs present (default 5000)")
+    p.add_argument("--workers", type=int, default=3, help="Workers per job besides the Chief")
+    p.add_argument("--running", type=int, default=250,
+                   help="jobs among them that keep running (the latency changes end them)")
+    p.add_argument("--changes", type=int, default=200, help="pod changes for the latency")
+    p.add_argument("--change-interval", type=float, default=0.25)
+    p.add_argument("--probes", type=int, default=100, help="new jobs per new-job measurement")
+    p.add_argument("--probe-interval", type=float, default=0.5)
+    p.add_argument("--finished-run", default="1s", help="run time of the finishing jobs' pods")
+    p.add_argument("--concurrency", type=int, default=16,
+                   help="operator --concurrency and the bench's creates in flight")
+    p.add_argument("--node-pods", type=int, default=1000)
+    p.add_argument("--operator-cmd", default=DEFAULT_OPERATOR_CMD,
+                   help="operator command template ({python} {kubeconfig} {port} {namespace} "
+                        "{concurrency})")
+    p.add_argument("--ready-path", default="/readyz", help="'none': wait 5 s instead")
+    p.add_argument("--resync-wait", type=float, default=10.0)
+    p.add_argument("--no-audit", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy record the operator while populating and during the latency "
+                        "phase")
+    p.add_argument("--timeout", type=float, default=3600.0, help="per phase")
+    p.add_argument("--workdir", type=Path)
+    p.add_argument("--keep-workdir", action="store_true")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR / "scale.json")
+    return p.parse_args(argv)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, cluster: Cluster, api: Api, watcher: Watcher,
+                 op: OperatorProcess, ns: str) -> None:
+        self.args = args
+        self.cluster = cluster
+        self.api = api
+        self.watcher = watcher
+        self.op = op
+        self.ns = ns
+        self.replicas = 1 + args.workers
+        self.c = watcher.counts[ns]
+
+    def job(self, name: str, *, running: bool) -> dict[str, Any]:
+        run = None if running else self.args.finished_run
+        return tfjob(name, self.ns, workers=self.args.workers, chief_run=run, worker_run=run)
+
+    async def probes(self, prefix: str) -> dict[str, Any]:
+        """New jobs, one every probe-interval: create sent -> all pods seen."""
+        sent: dict[str, float] = {}
+
+        async def one(i: int) -> None:
+            name = f"{prefix}-{i:04d}"
+            await asyncio.sleep(i * self.args.probe_interval)
+            sent[name] = time.perf_counter()
+            await self.api.create_ok(tfjob_path(self.ns), self.job(name, running=False))
+
+        await asyncio.gather(*(one(i) for i in range(self.args.probes)))
+        full = self.watcher.job_pods_full
+        await self.watcher.wait(lambda: all((self.ns, n) in full for n in sent),
+                                f"{prefix}: all pods", self.args.timeout)
+        lat = [full[(self.ns, n)] - t for n, t in sent.items()]
+        s = stats(lat)
+        log(f"{prefix}: create -> all {self.replicas} pods seen: p50 {s['p50'] * 1000:.0f} ms, "
+            f"p99 {s['p99'] * 1000:.0f} ms (n={s['n']})")
+        # Let them finish, so they count among the finished jobs.
+        await self.watcher.wait(
+            lambda: all("Succeeded" in self.watcher.jobs[(self.ns, n)].states for n in sent
+                        if (self.ns, n) in self.watcher.jobs),
+            f"{prefix}: finished", self.args.timeout)
+        return {"seconds": stats(lat), "values": sorted(lat)}
+
+    async def populate(self, names: list[str], running: set[str]) -> dict[str, Any]:
+        n = len(names)
+        before = await write_counters(self.api)
+        audit0 = self.cluster.audit_offset()
+        cpu0 = cpu_snapshot(self.cluster.plane, self.op)
+        log(f"populate: creating {n} jobs ({len(running)} keep running)")
+        t0 = time.perf_counter()
+        await gather_limited(self.args.concurrency, (
+            self.api.create_ok(tfjob_path(self.ns), self.job(x, running=x in running))
+            for x in names))
+        t_created = time.perf_counter() - t0
+        log(f"populate: {n} jobs created in {t_created:.0f}s; waiting for them to settle")
+        want_done = n - len(running)
+        jobs_in = self.c.jobs_in
+
+        def settled() -> bool:
+            done = sum(1 for x in names if "Succeeded" in
+                       (self.watcher.jobs.get((self.ns, x)) or JobTrack(0)).states)
+            return done >= want_done and all(
+                "Running" in (self.watcher.jobs.get((self.ns, x)) or JobTrack(0)).states
+                for x in running)
+
+        last_log = [0.0]
+
+        def progress() -> bool:
+            now = time.perf_counter()
+            if now - last_log[0] > 30:
+                last_log[0] = now
+                fp = self.op.footprint()
+                log(f"populate: {now - t0:.0f}s: pods {self.c.pods}, services "
+                    f"{self.c.services}, jobs Succeeded {jobs_in['Succeeded']}, Running "
+                    f"{jobs_in['Running']}; operator rss {fp['rss_mb']:.0f} MB "
+                    f"cpu {fp['cpu_s']:.0f}s")
+            return jobs_in["Succeeded"] >= want_done and settled()
+
+        await self.watcher.wait(progress, "population settled", self.args.timeout)
+        t_settled = time.perf_counter() - t0
+        after = await write_counters(self.api)
+        diff = counter_diff(after, before)
+        res = {
+            "jobs": n, "running": len(running), "create_seconds": t_created,
+            "settled_seconds": t_settled, "cpu": cpu_diff(cpu_snapshot(self.cluster.plane,
+                                                                       self.op), cpu0),
+            "apiserver_writes": diff, "operator_writes": attribute(diff, "tfjobs"),
+            "audit_writes": {k: dict(v) for k, v in
+                             audit_writes(self.cluster.audit_since(audit0), self.ns).items()},
+        }
+        log(f"populate: settled after {t_settled:.0f}s")
+        return res
+
+    async def latency(self, running: list[str]) -> dict[str, Any]:
+        """End running jobs' Chiefs; pod Succeeded seen -> job Succeeded seen."""
+        pod_t: dict[str, float] = {}
+        job_t: dict[str, float] = {}
+        jobs = running[:self.args.changes]
+        for name in jobs:
+            def on_pod(track: PodTrack, phase: str, name: str = name) -> None:
+                if phase in ("Succeeded", "Failed") and name not in pod_t:
+                    pod_t[name] = time.perf_counter()
+
+            def on_job(track: JobTrack, state: str, now: float, name: str = name) -> None:
+                if state in ("Succeeded", "Failed") and name not in job_t:
+                    job_t[name] = now
+
+            self.watcher.pod_hooks[(self.ns, f"{name}-chief-0")] = on_pod
+            self.watcher.job_hooks[(self.ns, name)] = on_job
+        cpu0 = cpu_snapshot(self.cluster.plane, self.op)
+        t0 = time.perf_counter()
+
+        async def one(i: int, name: str) -> None:
+            await asyncio.sleep(i * self.args.change_interval)
+            await self.api.merge_patch(
+                f"/api/v1/namespaces/{self.ns}/pods/{name}-chief-0",
+                {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: "0",
+                                              RUN_DURATION_ANNOTATION: "1ms"}}})
+
+        await asyncio.gather(*(one(i, n) for i, n in enumerate(jobs)))
+        await self.watcher.wait(lambda: all(n in job_t for n in jobs), "latency: jobs ended",
+                                self.args.timeout)
+        cpu = cpu_diff(cpu_snapshot(self.cluster.plane, self.op), cpu0)
+        lat = [job_t[n] - pod_t[n] for n in jobs if n in pod_t]
+        s = stats(lat)
+        log(f"latency: pod Succeeded -> job Succeeded: p50 {s['p50'] * 1000:.0f} ms, p99 "
+            f"{s['p99'] * 1000:.0f} ms, max {s['max'] * 1000:.0f} ms (n={s['n']}) over "
+            f"{time.perf_counter() - t0:.0f}s")
+        return {"seconds": s, "values": sorted(lat), "cpu": cpu}
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="trainjobs-bench-scale-"))
+    replicas = 1 + args.workers
+    total_pods = (args.jobs + args.probes) * replicas
+    nodes = math.ceil(total_pods * 1.05 / args.node_pods) + 1
+    ns = "bench-scale"
+    result: dict[str, Any] = {"benchmark": "scale", "machine": machine(),
+                              "params": {k: (str(v) if isinstance(v, Path) else v)
+                                         for k, v in vars(args).items()},
+                              "nodes": nodes}
+    ok = False
+    cluster = Cluster.start(root / "cluster", nodes=nodes, node_pods=args.node_pods,
+                            audit=not args.no_audit)
+    api = Api(cluster.plane, BENCH_UA, pool=max(args.concurrency, 8))
+    watcher = Watcher(api, [ns], keep_series=False)
+    watcher.pods_per_job = replicas
+    op = OperatorProcess(args.operator_cmd, kubeconfig=cluster.plane.kubeconfig, namespace=ns,
+                         concurrency=args.concurrency, log_path=root / "operator.log",
+                         ready_path=None if args.ready_path == "none" else args.ready_path)
+    pyspy = None
+    try:
+        await api.ensure_namespace(ns)
+        watcher.start()
+        await watcher.synced.wait()
+        result["operator_ready_seconds"] = await op.start()
+        result["footprint_empty"] = op.footprint()
+        bench = Bench(args, cluster, api, watcher, op, ns)
+
+        result["probes_empty"] = await bench.probes("probe-empty")
+        write_result("scale", result, args.out)
+
+        n_pop = args.jobs - args.probes
+        names = [f"job-{i:05d}" for i in range(n_pop)]
+        # Spread the running jobs over the creation order.
+        step = max(1, n_pop // max(1, args.running))
+        running = [names[i] for i in range(0, n_pop, step)][:args.running]
+        if args.profile:
+            pyspy = _start_pyspy(op.pid, root / "profile-populate")
+        result["populate"] = await bench.populate(names, set(running))
+        if pyspy is not None:
+            result["populate"]["profile"] = _stop_pyspy(pyspy)
+            pyspy = None
+        await asyncio.sleep(10)
+        fp = op.footprint()
+        result["footprint_full"] = {
+            **fp, "jobs": watcher.counts[ns].jobs, "pods": watcher.counts[ns].pods,
+            "services": watcher.counts[ns].services,
+            "rss_mb_per_1000_pods": fp["rss_mb"] / (watcher.counts[ns].pods / 1000),
+            "hwm_mb_per_1000_pods": fp["hwm_mb"] / (watcher.counts[ns].pods / 1000),
+            "rss_growth_mb_per_1000_pods": (fp["rss_mb"] - result["footprint_empty"]["rss_mb"])
+            / (watcher.counts[ns].pods / 1000),
+        }
+        log(f"footprint: {watcher.counts[ns].jobs} jobs, {watcher.counts[ns].pods} pods, "
+            f"{watcher.counts[ns].services} Services: rss {fp['rss_mb']:.0f} MB, peak "
+            f"{fp['hwm_mb']:.0f} MB, cpu {fp['cpu_s']:.0f}s")
+        write_result("scale", result, args.out)
+
+        if args.profile:
+            pyspy = _start_pyspy(op.pid, root / "profile-latency")
+        result["latency"] = await bench.latency(running)
+        if pyspy is not None:
+            result["latency"]["profile"] = _stop_pyspy(pyspy)
+            pyspy = None
+        write_result("scale", result, args.out)
+
+        await asyncio.sleep(10)  # the operator's clean-up after the latency phase
+        result["probes_full"] = await bench.probes("probe-full")
+        e, f = result["probes_empty"]["seconds"], result["probes_full"]["seconds"]
+        result["probes_p99_ratio"] = f["p99"] / e["p99"]
+        result["probes_p50_ratio"] = f["p50"] / e["p50"]
+        write_result("scale", result, args.out)
+
+        # Restart with everything steady: the LIST of everything, and no writes.
+        await asyncio.sleep(5)
+        result["footprint_before_restart"] = op.footprint()
+        result["operator_series"] = [(round(t, 1), round(rss / 1024, 1), round(cpu, 2))
+                                     for t, rss, cpu in op.samples]
+        op.samples = []
+        await op.stop()
+        before = await write_counters(api)
+        audit0 = cluster.audit_offset()
+        t_ready = await op.start(timeout=args.timeout)
+        hwm_ready = op.footprint()
+        await asyncio.sleep(args.resync_wait)
+        after = await write_counters(api)
+        diff = counter_diff(after, before)
+        attributed = attribute(diff, "tfjobs")
+        audit = audit_writes(cluster.audit_since(audit0), ns)
+        result["resync"] = {
+            "ready_seconds": t_ready, "footprint_at_ready": hwm_ready,
+            "footprint_after": op.footprint(), "apiserver_writes": diff,
+            "operator_writes": attributed,
+            "operator_writes_total": sum(attributed.values()),
+            "audit_writes": {k: dict(v) for k, v in audit.items()},
+            "audit_operator_writes": sum(audit.get("operator", {}).values()),
+        }
+        log(f"resync: ready in {t_ready:.1f}s, peak rss {hwm_ready['hwm_mb']:.0f} MB; "
+            f"operator writes in {args.resync_wait:.0f}s: "
+            f"{result['resync']['operator_writes_total']} "
+            f"(audit: {result['resync']['audit_operator_writes']})")
+        result["watcher_events"] = watcher.events
+        write_result("scale", result, args.out)
+        ok = True
+    finally:
+        if pyspy is not None:
+            _stop_pyspy(pyspy)
+        await op.stop()
+        op.kill_now()
+        await watcher.stop()
+        await api.close()
+        cluster.stop()
+        if ok and not args.keep_workdir and args.workdir is None:
+            shutil.rmtree(root, ignore_errors=True)
+        elif not ok:
+            log(f"logs kept in {root}")
+    print_summary(result)
+    return 0
+
+
+def print_summary(r: dict[str, Any]) -> None:
+    def ms(s: dict[str, float]) -> str:
+        return (f"p50 {s['p50'] * 1000:.0f} ms  p90 {s['p90'] * 1000:.0f} ms  "
+                f"p99 {s['p99'] * 1000:.0f} ms  max {s['max'] * 1000:.0f} ms  (n={s['n']})")
+
+    f = r["footprint_full"]
+    print(f"\nscale: {f['jobs']} jobs, {f['pods']} pods, {f['services']} Services present")
+    print(f"  populate: created in {r['populate']['create_seconds']:.0f}s, settled in "
+          f"{r['populate']['settled_seconds']:.0f}s")
+    print(f"  operator RSS {f['rss_mb']:.0f} MB (peak {f['hwm_mb']:.0f} MB; target <= 300 MB): "
+          f"{f['rss_mb_per_1000_pods']:.1f} MB per 1,000 pods "
+          f"({f['rss_growth_mb_per_1000_pods']:.1f} MB above the empty operator); "
+          f"CPU {f['cpu_s']:.0f}s")
+    print(f"  pod change -> job status (target p99 <= 250 ms): {ms(r['latency']['seconds'])}")
+    print(f"  new job create -> all pods, empty:    {ms(r['probes_empty']['seconds'])}")
+    print(f"  new job create -> all pods, full:     {ms(r['probes_full']['seconds'])}")
+    print(f"  full / empty p99 (target <= 1.10):    {r['probes_p99_ratio']:.2f}")
+    rs = r["resync"]
+    print(f"  restart: ready in {rs['ready_seconds']:.1f}s, peak RSS "
+          f"{rs['footprint_after']['hwm_mb']:.0f} MB, writes while re-syncing "
+          f"{rs['operator_writes_total']} (target 0)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    install_signal_handlers()
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
