@@ -190,7 +190,8 @@ def crd_for(framework: Framework) -> dict[str, Any]:
                         "spec": spec_schema(framework),
                         "status": status,
                     },
-                    "x-kubernetes-validations": _root_rules(),
+                    "x-kubernetes-validations": _root_rules() + [
+                        {"rule": r.rule, "message": r.message} for r in framework.cel_rules],
                 }},
             }],
         },

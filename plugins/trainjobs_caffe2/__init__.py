@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import Field
 
 from trainjobs.plugin import (
+    CelRule,
     Framework,
     FrameworkPlugin,
     Job,
@@ -59,6 +60,15 @@ CAFFE2 = Framework(
     container_name="caffe2",
     default_port=2222,
     spec_model=Caffe2JobSpec,
+    cel_rules=(
+        CelRule("!has(self.spec.backend) || !has(self.spec.backend.type) || "
+                "self.spec.backend.type != 'none' || !('Worker' in self.spec.replicaSpecs) || "
+                "self.spec.replicaSpecs['Worker'].replicas <= 1",
+                "spec.backend.type 'none' cannot connect more than one shard; use redis or nfs"),
+        CelRule("!has(self.spec.backend) || !has(self.spec.backend.type) || "
+                "self.spec.backend.type != 'nfs' || has(self.spec.backend.nfsPath)",
+                "spec.backend.nfsPath is required for the nfs backend"),
+    ),
     description="A data-parallel Caffe2 (Gloo) job: shards rendezvous via Redis or NFS.",
 )
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trainjobs.plugin import (
+    CelRule,
     Framework,
     FrameworkPlugin,
     Job,
@@ -78,6 +79,16 @@ TENSORFLOW = Framework(
     container_name="tensorflow",
     default_port=2222,
     spec_model=TfJobSpec,
+    cel_rules=(
+        CelRule(" || ".join(f"('{k}' in self.spec.replicaSpecs && "
+                            f"self.spec.replicaSpecs['{k}'].replicas > 0)"
+                            for k in ("Chief", "Master", "Worker")),
+                "a TfJob needs a Chief (or Master) or at least one Worker: their exit decides "
+                "the job's success"),
+        CelRule("!has(self.spec.tensorboard) || size(self.metadata.name) <= 51",
+                "metadata.name must have at most 51 characters with spec.tensorboard: the "
+                "Deployment <job>-tensorboard must fit in 63"),
+    ),
     description="A distributed TensorFlow job: Chief/Master, Workers, PS and an Evaluator.",
 )
 

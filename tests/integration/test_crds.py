@@ -142,8 +142,34 @@ def _master_too(specs: dict[str, Any]) -> None:
     specs["Master"] = copy.deepcopy(specs["Chief"])
 
 
+def _spec(kind: str, name: str, **fields: Any) -> dict[str, Any]:
+    manifest = copy.deepcopy(valid(kind, name))
+    manifest["spec"].update(fields)
+    return manifest
+
+
+def _two_shards(name: str, **fields: Any) -> dict[str, Any]:
+    manifest = _spec("Caffe2Job", name, **fields)
+    manifest["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2
+    return manifest
+
+
+def _ps_only(specs: dict[str, Any]) -> None:
+    specs.clear()
+    specs["PS"] = rs("tensorflow")
+
+
 # (id, manifest, what the API server's message must contain, the field parse_job names)
 INVALID = [
+    ("tfjob-only-ps", _with("TfJob", "only-ps", _ps_only),
+     "needs a Chief (or Master) or at least one Worker", "spec.replicaSpecs"),
+    ("tfjob-tensorboard-name-too-long",
+     _spec("TfJob", "t" * 52, tensorboard={"logDir": "/logs"}),
+     "at most 51 characters with spec.tensorboard", "metadata.name"),
+    ("caffe2-none-backend-two-shards", _two_shards("none-two", backend={"type": "none"}),
+     "'none' cannot connect more than one shard", "spec.backend.type"),
+    ("caffe2-nfs-without-path", _spec("Caffe2Job", "nfs-nopath", backend={"type": "nfs"}),
+     "nfsPath is required", "spec.backend.nfsPath"),
     ("unknown-pod-field", _with("TfJob", "typo", _typo),
      'unknown field "spec.replicaSpecs.Worker.template.spec.containers[0].imagePullPolicyy"',
      "spec.replicaSpecs.Worker.template.spec.containers[0].imagePullPolicyy"),
@@ -189,8 +215,11 @@ def test_invalid_job_is_refused_by_the_api_server_and_parse_job(
 @pytest.mark.parametrize(
     "manifest",
     [valid("Caffe2Job", "c" * 54), valid("MxJob", "m" * 51), valid("TfJob", "t" * 54),
-     _with("TfJob", "master-only", lambda s: s.update(Master=s.pop("Chief")))],
-    ids=["caffe2-54-chars", "mxjob-51-chars", "tfjob-54-chars", "tfjob-master"],
+     _with("TfJob", "master-only", lambda s: s.update(Master=s.pop("Chief"))),
+     _spec("TfJob", "t" * 51, tensorboard={"logDir": "/logs"}),
+     _with("TfJob", "workers-and-ps", lambda s: s.update(PS=s.pop("Chief")))],
+    ids=["caffe2-54-chars", "mxjob-51-chars", "tfjob-54-chars", "tfjob-master",
+         "tfjob-tensorboard-51-chars", "tfjob-workers-and-ps"],
 )
 def test_limits_accepted_by_both(
     bare_ns: Namespace, plugins: PluginManager, manifest: dict[str, Any]

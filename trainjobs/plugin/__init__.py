@@ -13,6 +13,7 @@ from trainjobs.plugin.base import FrameworkPlugin
 from trainjobs.plugin.hookspecs import hookimpl
 from trainjobs.plugin.types import (
     Address,
+    CelRule,
     ClusterLayout,
     Framework,
     RenderContext,
@@ -23,11 +24,12 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.0"
+PLUGIN_API_VERSION = "1.1"
 
 __all__ = [
     "PLUGIN_API_VERSION",
     "Address",
+    "CelRule",
     "ClusterLayout",
     "Framework",
     "FrameworkPlugin",

@@ -16,6 +16,7 @@ from trainjobs.api.models import JobSpec
 
 __all__ = [
     "Address",
+    "CelRule",
     "ClusterLayout",
     "Framework",
     "RenderContext",
@@ -47,6 +48,18 @@ class ReplicaType:
 
 
 @dataclass(frozen=True)
+class CelRule:
+    """A validation rule for the kind's CRD, in CEL, with `self` the whole object.
+
+    For what a plugin's `validate` refuses and a rule can express, so that `kubectl apply`
+    refuses it too (the API server's message is `message`).
+    """
+
+    rule: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Framework:
     """Static description of a job kind, declared by a plugin's `trainjobs_frameworks` hook."""
 
@@ -60,6 +73,7 @@ class Framework:
     spec_model: type[JobSpec] = JobSpec
     env_in_all_containers: bool = False
     description: str = ""
+    cel_rules: tuple[CelRule, ...] = ()
     package: str = field(default="", compare=False)
 
     @property
