@@ -11,7 +11,8 @@ step() { echo "== $1 ($((SECONDS - t0))s so far)"; }
 step "dev virtualenv"
 venv=$(scripts/dev-venv.sh)
 step "control plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok)"
-bin=$(scripts/build-control-plane.sh | tail -n 1)
+# The build prints what it builds and how long each binary took; show it, keep the last line.
+bin=$(scripts/build-control-plane.sh | tee /dev/stderr | tail -n 1)
 export TRAINJOBS_CONTROL_PLANE_BIN=$bin
 step "helm (built from the Go module proxy)"
 scripts/get-helm.sh >/dev/null
