@@ -124,7 +124,8 @@ class Controller:
         self.expectations = Expectations(settings.expectation_timeout)
         self.events = EventRecorder(kube)
         self._parsed: dict[str, _Parsed] = {}
-        self._last_status_write: dict[str, float] = {}
+        # When the first status change not yet written (one that may wait) was seen, per job.
+        self._status_pending: dict[str, float] = {}
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
         self.informers: list[Informer[Any]] = []
@@ -153,7 +154,7 @@ class Controller:
                 self._count_state(current, -1)
             self.jobs.pop(jkey, None)
             self._parsed.pop(jkey, None)
-            self._last_status_write.pop(jkey, None)
+            self._status_pending.pop(jkey, None)
             self.expectations.forget(jkey)
             return
         if current is not None and _older(new, current):
@@ -268,7 +269,12 @@ class Controller:
         })
         framework = self.plugins.framework_for(job.kind)
         assert framework is not None
-        desired = self._desired(parsed, job, status.state in ("Succeeded", "Failed"))
+        finished = status.state in ("Succeeded", "Failed")
+        desired = self._desired(parsed, job, finished)
+        if finished:
+            # Nor is its validated spec kept (about 9 KiB of models per job): the rare event
+            # that still reaches a finished job parses it again.
+            self._parsed.pop(key, None)
         pods, services, extras = self._observed(key, entry.uid, desired)
         decision = plan(job, desired, pods, services, extras,
                         lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes),
@@ -312,15 +318,18 @@ class Controller:
     async def _write_status(self, key: str, job: Job, new: JobStatus) -> None:
         old = job.status
         if new == old:
+            self._status_pending.pop(key, None)
             return
         urgent = (new.state != old.state and new.state != "Created") or \
             new.counted_failures != old.counted_failures or \
             new.completion_time != old.completion_time
         now = time.monotonic()
-        # A job's first status waits like a count change: it then goes out once, counting the
-        # pods this reconcile creates, instead of once before them and once after.
-        last = self._last_status_write.setdefault(key, now)
-        wait = self.settings.status_coalesce_seconds - (now - last)
+        # A change of counts only (or a new job's first status) goes out status_coalesce
+        # seconds after it was first seen, with whatever changed meanwhile: replicas that
+        # start or end together cost one write, and a new job's first status already counts
+        # the pods this reconcile creates.
+        since = self._status_pending.setdefault(key, now)
+        wait = self.settings.status_coalesce_seconds - (now - since)
         if not urgent and wait > 0:
             self.queue.add_after(key, wait)
             return
@@ -335,7 +344,7 @@ class Controller:
             if exc.status == 404:
                 return
             raise exc.temporary() from None
-        self._last_status_write[key] = now
+        self._status_pending.pop(key, None)
         current = self.jobs.get(key)
         if current is not None and updated.get("metadata"):
             fresh = reduce_job(updated)

@@ -74,13 +74,16 @@ class Informer(Generic[T]):
                 self.resource_version = ""
 
     async def _relist(self) -> None:
-        items, rv = await self.kube.list(self.resource, self.namespace,
-                                         label_selector=self.label_selector)
         fresh: dict[Key, T] = {}
-        for obj in items:
-            value = self.transform(obj)
-            if value is not None:
-                fresh[_key(obj)] = value
+        rv = ""
+        # Reduce page by page: whole objects are never all in memory at once.
+        async for items, page_rv in self.kube.list_pages(self.resource, self.namespace,
+                                                         label_selector=self.label_selector):
+            rv = page_rv
+            for obj in items:
+                value = self.transform(obj)
+                if value is not None:
+                    fresh[_key(obj)] = value
         old = self.store
         self.store = fresh
         self.resource_version = rv

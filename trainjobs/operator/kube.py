@@ -162,10 +162,12 @@ class Kube:
                                   {"status": status},
                                   content_type="application/merge-patch+json")
 
-    async def list(self, resource: Resource, namespace: str | None, *,
-                   label_selector: str = "", limit: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """Every object (paged), and the list's resourceVersion to watch from."""
-        items: list[dict[str, Any]] = []
+    async def list_pages(self, resource: Resource, namespace: str | None, *,
+                         label_selector: str = "", limit: int = 500
+                         ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        """The objects one page at a time, each with the list's resourceVersion. A caller that
+        keeps only part of each object never holds more than one page of whole objects (20,000
+        pods as decoded JSON would be a few hundred MB)."""
         cont = ""
         while True:
             query: list[tuple[str, Any]] = [("limit", limit)]
@@ -174,11 +176,22 @@ class Kube:
             if cont:
                 query.append(("continue", cont))
             page = await self.request("GET", resource.url(namespace), query=query, timeout=120)
-            items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""
+            yield page.get("items") or [], str(meta.get("resourceVersion", ""))
             if not cont:
-                return items, str(meta.get("resourceVersion", ""))
+                return
+
+    async def list(self, resource: Resource, namespace: str | None, *,
+                   label_selector: str = "", limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every object (paged), and the list's resourceVersion to watch from."""
+        items: list[dict[str, Any]] = []
+        rv = ""
+        async for page, page_rv in self.list_pages(resource, namespace,
+                                                   label_selector=label_selector, limit=limit):
+            items.extend(page)
+            rv = page_rv
+        return items, rv
 
     async def watch(self, resource: Resource, namespace: str | None, resource_version: str, *,
                     label_selector: str = "",
