@@ -9,7 +9,7 @@ SHELL := /bin/bash
 export TRAINJOBS_CACHE ?= $(HOME)/.cache/trainjobs
 PYTEST_ARGS ?=
 
-.PHONY: test demo lint unit integration e2e prepare dev control-plane venvs redis crds
+.PHONY: test demo bench lint unit integration e2e prepare dev control-plane venvs redis crds
 
 ## make test: the whole suite, exactly as CI runs it.
 test:
@@ -19,6 +19,17 @@ test:
 demo:
 	@venv=$$(scripts/dev-venv.sh); mx=$$(scripts/framework-venv.sh mxnet); \
 	PATH="$$mx/bin:$$PATH" "$$venv/bin/trainjobs" run examples/mxnet/dist-sync.yaml
+
+## make bench: the benchmarks of docs/benchmarks.md (about an hour on 2 CPUs); results and
+## plots go to docs/benchmarks/. BENCH_ARGS reach both programs (e.g. BENCH_ARGS=--help).
+BENCH_ARGS ?=
+bench:
+	@venv=$$(scripts/dev-venv.sh); root=$$(pwd); \
+	UV_CACHE_DIR=$${UV_CACHE_DIR:-$$TRAINJOBS_CACHE/uv-cache} "$$(scripts/uv.sh)" pip install --quiet --python "$$venv/bin/python" -e "$$root[test,bench]"; \
+	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \
+	"$$venv/bin/python" -m bench.fanout $(BENCH_ARGS); \
+	"$$venv/bin/python" -m bench.scale $(BENCH_ARGS); \
+	"$$venv/bin/python" -m bench.plot
 
 dev:
 	@scripts/dev-venv.sh

@@ -701,9 +701,11 @@ class Watcher:
     """
 
     def __init__(self, api: Api, namespaces: Sequence[str], *, job_plural: str = "tfjobs",
-                 keep_series: bool = True) -> None:
+                 keep_series: bool = True, configmap_namespaces: Sequence[str] = ()) -> None:
         self.api = api
         self.namespaces = list(namespaces)
+        self.configmap_namespaces = list(configmap_namespaces)
+        self.configmaps: dict[tuple[str, str], float] = {}  # first seen
         self.job_plural = job_plural
         self.keep_series = keep_series
         self.pods: dict[tuple[str, str], PodTrack] = {}
@@ -730,6 +732,9 @@ class Watcher:
                                ("svc", f"/api/v1/namespaces/{ns}/services"),
                                ("job", tfjob_path(ns).replace("tfjobs", self.job_plural))):
                 self._tasks.append(asyncio.create_task(self._run(kind, ns, path)))
+        for ns in self.configmap_namespaces:
+            self._tasks.append(asyncio.create_task(
+                self._run("cm", ns, f"/api/v1/namespaces/{ns}/configmaps")))
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -746,7 +751,8 @@ class Watcher:
                     if first:
                         first = False
                         self._synced_count += 1
-                        if self._synced_count == 3 * len(self.namespaces):
+                        if self._synced_count == 3 * len(self.namespaces) + \
+                                len(self.configmap_namespaces):
                             self.synced.set()
                 async for ev in self.api.watch(path, rv):
                     etype = ev.get("type")
@@ -786,9 +792,12 @@ class Watcher:
         self.events += 1
         meta = obj.get("metadata") or {}
         key = (ns, meta.get("name", ""))
-        c = self.counts[ns]
+        c = self.counts.setdefault(ns, NsCounts())
         if kind == "pod":
             self._pod(c, key, etype, meta, obj.get("status") or {}, now)
+        elif kind == "cm":
+            if key not in self.configmaps and etype != "DELETED":
+                self.configmaps[key] = now
         elif kind == "svc":
             if key not in self.services and etype != "DELETED":
                 self.services[key] = now

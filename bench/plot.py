@@ -63,8 +63,8 @@ def plot_fanout(data: dict[str, Any], out: Path) -> Path:
         a.grid(alpha=0.3)
         a.legend(loc="lower right", fontsize=8)
     m = data["machine"]
-    fig.suptitle(f"fan-out, {len(data['repeats'])} repeats (line style per repeat); "
-                 f"{m['nproc']} CPUs, {m['cpu_model']}, shared", fontsize=10)
+    fig.suptitle(f"fan-out, {len(data['repeats'])} repeats (solid, dashed, dotted: repeat 1, "
+                 f"2, 3); {m['nproc']} CPUs, {m['cpu_model']}, shared", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -81,17 +81,24 @@ def plot_scale(data: dict[str, Any], out: Path) -> Path:
         a.step(xs, ys, where="post", label=label, color=color)
 
     f = data["footprint_full"]
-    cdf(ax, data["latency"]["values"], f"pod Succeeded -> job Succeeded ({f['jobs']} jobs)",
+    cdf(ax, data["latency"]["values"], f"ours: pod ended -> job Succeeded ({f['jobs']} jobs)",
         "tab:blue")
+    if "ceiling_values" in data["latency"]:
+        cdf(ax, data["latency"]["ceiling_values"], "ceiling: pod ended -> bare reactor's "
+            "ConfigMap", "tab:gray")
     ax.axvline(250, color="tab:red", linestyle=":", label="target p99 250 ms")
     ax.axhline(0.99, color="tab:gray", linestyle=":", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("milliseconds")
     ax.set_ylabel("fraction of changes")
     ax.set_title("reaction latency (watcher to watcher)")
-    cdf(ax2, data["probes_empty"]["values"], "no other job", "tab:gray")
-    cdf(ax2, data["probes_full"]["values"], f"{f['jobs']} jobs, {f['pods']} pods present",
-        "tab:blue")
+    cdf(ax2, data["probes_empty"]["values"], "ours, no other job", "tab:cyan")
+    cdf(ax2, data["probes_full"]["values"], f"ours, {f['jobs']} jobs, {f['pods']} pods "
+        "present", "tab:blue")
+    if "ceiling_values" in data["probes_empty"]:
+        cdf(ax2, data["probes_empty"]["ceiling_values"], "ceiling (bench creates the pods), "
+            "empty", "silver")
+        cdf(ax2, data["probes_full"]["ceiling_values"], "ceiling, full", "tab:gray")
     ax2.axhline(0.99, color="tab:gray", linestyle=":", linewidth=0.8)
     ax2.set_xscale("log")
     ax2.set_xlabel("milliseconds")

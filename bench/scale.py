@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import math
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +36,7 @@ from typing import Any
 
 from bench._common import (
     BENCH_UA,
+    CEILING_UA,
     DEFAULT_OPERATOR_CMD,
     RESULTS_DIR,
     Api,
@@ -52,13 +54,14 @@ from bench._common import (
     install_signal_handlers,
     log,
     machine,
+    rendered_objects,
     stats,
     tfjob,
     tfjob_path,
     write_counters,
     write_result,
 )
-from bench.fanout import _start_pyspy, _stop_pyspy
+from bench.fanout import _path, _start_pyspy, _stop_pyspy
 from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION
 
 
@@ -95,13 +98,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 class Bench:
     def __init__(self, args: argparse.Namespace, cluster: Cluster, api: Api, watcher: Watcher,
-                 op: OperatorProcess, ns: str) -> None:
+                 op: OperatorProcess, ns: str, ceiling_ns: str, owner: dict[str, Any]) -> None:
         self.args = args
         self.cluster = cluster
         self.api = api
         self.watcher = watcher
         self.op = op
         self.ns = ns
+        self.ceiling_ns = ceiling_ns
+        self.owner = owner  # what the ceiling's objects are owned by
         self.replicas = 1 + args.workers
         self.c = watcher.counts[ns]
 
@@ -110,8 +115,12 @@ class Bench:
         return tfjob(name, self.ns, workers=self.args.workers, chief_run=run, worker_run=run)
 
     async def probes(self, prefix: str) -> dict[str, Any]:
-        """New jobs, one every probe-interval: create sent -> all pods seen."""
+        """New jobs, one every probe-interval: create sent -> all pods seen. Interleaved, half
+        an interval later each time: the ceiling, the same pods and Services created directly
+        by the bench (all in flight at once, as the operator creates one job's objects)."""
         sent: dict[str, float] = {}
+        csent: dict[str, float] = {}
+        ceiling_api = Api(self.cluster.plane, CEILING_UA, pool=16)
 
         async def one(i: int) -> None:
             name = f"{prefix}-{i:04d}"
@@ -119,20 +128,37 @@ class Bench:
             sent[name] = time.perf_counter()
             await self.api.create_ok(tfjob_path(self.ns), self.job(name, running=False))
 
-        await asyncio.gather(*(one(i) for i in range(self.args.probes)))
+        async def ceiling(i: int) -> None:
+            name = f"{prefix}-c{i:04d}"
+            objs = rendered_objects(tfjob(name, self.ceiling_ns, workers=self.args.workers,
+                                          chief_run=None, worker_run=None), self.owner)
+            await asyncio.sleep((i + 0.5) * self.args.probe_interval)
+            csent[name] = time.perf_counter()
+            await asyncio.gather(*(ceiling_api.create_ok(_path(self.ceiling_ns, o), o)
+                                   for o in objs))
+
+        try:
+            await asyncio.gather(*(one(i) for i in range(self.args.probes)),
+                                 *(ceiling(i) for i in range(self.args.probes)))
+        finally:
+            await ceiling_api.close()
         full = self.watcher.job_pods_full
-        await self.watcher.wait(lambda: all((self.ns, n) in full for n in sent),
-                                f"{prefix}: all pods", self.args.timeout)
+        await self.watcher.wait(lambda: all((self.ns, n) in full for n in sent) and all(
+            (self.ceiling_ns, n) in full for n in csent), f"{prefix}: all pods",
+            self.args.timeout)
         lat = [full[(self.ns, n)] - t for n, t in sent.items()]
-        s = stats(lat)
+        clat = [full[(self.ceiling_ns, n)] - t for n, t in csent.items()]
+        s, cs = stats(lat), stats(clat)
         log(f"{prefix}: create -> all {self.replicas} pods seen: p50 {s['p50'] * 1000:.0f} ms, "
-            f"p99 {s['p99'] * 1000:.0f} ms (n={s['n']})")
+            f"p99 {s['p99'] * 1000:.0f} ms (n={s['n']}); ceiling p50 {cs['p50'] * 1000:.0f} "
+            f"ms, p99 {cs['p99'] * 1000:.0f} ms")
         # Let them finish, so they count among the finished jobs.
         await self.watcher.wait(
             lambda: all("Succeeded" in self.watcher.jobs[(self.ns, n)].states for n in sent
                         if (self.ns, n) in self.watcher.jobs),
             f"{prefix}: finished", self.args.timeout)
-        return {"seconds": stats(lat), "values": sorted(lat)}
+        return {"seconds": s, "values": sorted(lat), "ceiling_seconds": cs,
+                "ceiling_values": sorted(clat)}
 
     async def populate(self, names: list[str], running: set[str]) -> dict[str, Any]:
         n = len(names)
@@ -184,11 +210,37 @@ class Bench:
         log(f"populate: settled after {t_settled:.0f}s")
         return res
 
-    async def latency(self, running: list[str]) -> dict[str, Any]:
-        """End running jobs' Chiefs; pod Succeeded seen -> job Succeeded seen."""
+    async def make_reaction_pods(self) -> list[str]:
+        """Pods for the reaction ceiling: the ceiling's copy of a running Chief each."""
+        names = []
+        objs = []
+        for i in range(self.args.changes):
+            job = tfjob(f"lat-{i:04d}", self.ceiling_ns, workers=0, chief_run=None,
+                        worker_run=None)
+            pod = next(o for o in rendered_objects(job, self.owner) if o["kind"] == "Pod")
+            names.append(pod["metadata"]["name"])
+            objs.append(pod)
+        await gather_limited(self.args.concurrency, (
+            self.api.create_ok(_path(self.ceiling_ns, o), o) for o in objs))
+        await self.watcher.wait(lambda: all(
+            (p := self.watcher.pods.get((self.ceiling_ns, n))) is not None
+            and p.running is not None for n in names), "reaction pods running",
+            self.args.timeout)
+        return names
+
+    async def latency(self, running: list[str], reaction_pods: list[str]) -> dict[str, Any]:
+        """End running jobs' Chiefs; pod Succeeded seen -> job Succeeded seen. Interleaved:
+        end a reaction pod; pod Succeeded seen -> the reactor's ConfigMap seen."""
         pod_t: dict[str, float] = {}
         job_t: dict[str, float] = {}
+        cpod_t: dict[str, float] = {}
         jobs = running[:self.args.changes]
+        for name in reaction_pods:
+            def on_cpod(track: PodTrack, phase: str, name: str = name) -> None:
+                if phase in ("Succeeded", "Failed") and name not in cpod_t:
+                    cpod_t[name] = time.perf_counter()
+
+            self.watcher.pod_hooks[(self.ceiling_ns, name)] = on_cpod
         for name in jobs:
             def on_pod(track: PodTrack, phase: str, name: str = name) -> None:
                 if phase in ("Succeeded", "Failed") and name not in pod_t:
@@ -202,32 +254,45 @@ class Bench:
             self.watcher.job_hooks[(self.ns, name)] = on_job
         cpu0 = cpu_snapshot(self.cluster.plane, self.op)
         t0 = time.perf_counter()
+        end = {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: "0",
+                                            RUN_DURATION_ANNOTATION: "1ms"}}}
 
         async def one(i: int, name: str) -> None:
             await asyncio.sleep(i * self.args.change_interval)
             await self.api.merge_patch(
-                f"/api/v1/namespaces/{self.ns}/pods/{name}-chief-0",
-                {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: "0",
-                                              RUN_DURATION_ANNOTATION: "1ms"}}})
+                f"/api/v1/namespaces/{self.ns}/pods/{name}-chief-0", end)
 
-        await asyncio.gather(*(one(i, n) for i, n in enumerate(jobs)))
-        await self.watcher.wait(lambda: all(n in job_t for n in jobs), "latency: jobs ended",
-                                self.args.timeout)
+        async def ceiling(i: int, pod: str) -> None:
+            await asyncio.sleep((i + 0.5) * self.args.change_interval)
+            await self.api.merge_patch(f"/api/v1/namespaces/{self.ceiling_ns}/pods/{pod}", end)
+
+        cms = self.watcher.configmaps
+        await asyncio.gather(*(one(i, n) for i, n in enumerate(jobs)),
+                             *(ceiling(i, p) for i, p in enumerate(reaction_pods)))
+        await self.watcher.wait(
+            lambda: all(n in job_t for n in jobs) and all(
+                (self.ceiling_ns, f"react-{p}") in cms for p in reaction_pods),
+            "latency: jobs ended", self.args.timeout)
         cpu = cpu_diff(cpu_snapshot(self.cluster.plane, self.op), cpu0)
         lat = [job_t[n] - pod_t[n] for n in jobs if n in pod_t]
-        s = stats(lat)
+        clat = [cms[(self.ceiling_ns, f"react-{p}")] - cpod_t[p] for p in reaction_pods
+                if p in cpod_t]
+        s, cs = stats(lat), stats(clat)
         log(f"latency: pod Succeeded -> job Succeeded: p50 {s['p50'] * 1000:.0f} ms, p99 "
-            f"{s['p99'] * 1000:.0f} ms, max {s['max'] * 1000:.0f} ms (n={s['n']}) over "
-            f"{time.perf_counter() - t0:.0f}s")
-        return {"seconds": s, "values": sorted(lat), "cpu": cpu}
+            f"{s['p99'] * 1000:.0f} ms, max {s['max'] * 1000:.0f} ms (n={s['n']}); ceiling "
+            f"(pod ended -> ConfigMap): p50 {cs['p50'] * 1000:.0f} ms, p99 "
+            f"{cs['p99'] * 1000:.0f} ms; over {time.perf_counter() - t0:.0f}s")
+        return {"seconds": s, "values": sorted(lat), "ceiling_seconds": cs,
+                "ceiling_values": sorted(clat), "cpu": cpu}
 
 
 async def main_async(args: argparse.Namespace) -> int:
     root = args.workdir or Path(tempfile.mkdtemp(prefix="trainjobs-bench-scale-"))
     replicas = 1 + args.workers
-    total_pods = (args.jobs + args.probes) * replicas
+    total_pods = (args.jobs + 3 * args.probes) * replicas + args.changes
     nodes = math.ceil(total_pods * 1.05 / args.node_pods) + 1
     ns = "bench-scale"
+    ceiling_ns = "bench-ceiling"
     result: dict[str, Any] = {"benchmark": "scale", "machine": machine(),
                               "params": {k: (str(v) if isinstance(v, Path) else v)
                                          for k, v in vars(args).items()},
@@ -236,22 +301,30 @@ async def main_async(args: argparse.Namespace) -> int:
     cluster = Cluster.start(root / "cluster", nodes=nodes, node_pods=args.node_pods,
                             audit=not args.no_audit)
     api = Api(cluster.plane, BENCH_UA, pool=max(args.concurrency, 8))
-    watcher = Watcher(api, [ns], keep_series=False)
+    watcher = Watcher(api, [ns, ceiling_ns], keep_series=False,
+                      configmap_namespaces=[ceiling_ns])
     watcher.pods_per_job = replicas
     op = OperatorProcess(args.operator_cmd, kubeconfig=cluster.plane.kubeconfig, namespace=ns,
                          concurrency=args.concurrency, log_path=root / "operator.log",
                          ready_path=None if args.ready_path == "none" else args.ready_path)
     pyspy = None
+    reactor: subprocess.Popen[bytes] | None = None
     try:
         await api.ensure_namespace(ns)
+        await api.ensure_namespace(ceiling_ns)
+        cm = await api.create(f"/api/v1/namespaces/{ceiling_ns}/configmaps", {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bench-owner"}})
+        owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "bench-owner",
+                 "uid": cm["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
         watcher.start()
         await watcher.synced.wait()
         result["operator_ready_seconds"] = await op.start()
         result["footprint_empty"] = op.footprint()
-        bench = Bench(args, cluster, api, watcher, op, ns)
+        bench = Bench(args, cluster, api, watcher, op, ns, ceiling_ns, owner)
 
         result["probes_empty"] = await bench.probes("probe-empty")
         write_result("scale", result, args.out)
+        reaction_pods = await bench.make_reaction_pods()
 
         n_pop = args.jobs - args.probes
         names = [f"job-{i:05d}" for i in range(n_pop)]
@@ -281,7 +354,17 @@ async def main_async(args: argparse.Namespace) -> int:
 
         if args.profile:
             pyspy = _start_pyspy(op.pid, root / "profile-latency")
-        result["latency"] = await bench.latency(running)
+        plane = cluster.plane
+        reactor = subprocess.Popen(
+            [sys.executable, "-m", "bench._reactor", plane.server, str(plane.pki.ca_cert),
+             str(plane.pki.admin_cert), str(plane.pki.admin_key), ceiling_ns],
+            stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
+        assert reactor.stdout is not None
+        await asyncio.to_thread(reactor.stdout.readline)  # "ready"
+        result["latency"] = await bench.latency(running, reaction_pods)
+        reactor.terminate()
+        reactor.wait(10)
+        reactor = None
         if pyspy is not None:
             result["latency"]["profile"] = _stop_pyspy(pyspy)
             pyspy = None
@@ -292,6 +375,10 @@ async def main_async(args: argparse.Namespace) -> int:
         e, f = result["probes_empty"]["seconds"], result["probes_full"]["seconds"]
         result["probes_p99_ratio"] = f["p99"] / e["p99"]
         result["probes_p50_ratio"] = f["p50"] / e["p50"]
+        ce = result["probes_empty"]["ceiling_seconds"]
+        cf = result["probes_full"]["ceiling_seconds"]
+        result["ceiling_probes_p99_ratio"] = cf["p99"] / ce["p99"]
+        result["ceiling_probes_p50_ratio"] = cf["p50"] / ce["p50"]
         write_result("scale", result, args.out)
 
         # Restart with everything steady: the LIST of everything, and no writes.
@@ -319,13 +406,16 @@ async def main_async(args: argparse.Namespace) -> int:
             "audit_operator_writes": sum(audit.get("operator", {}).values()),
         }
         log(f"resync: ready in {t_ready:.1f}s, peak rss {hwm_ready['hwm_mb']:.0f} MB; "
-            f"operator writes in {args.resync_wait:.0f}s: "
-            f"{result['resync']['operator_writes_total']} "
-            f"(audit: {result['resync']['audit_operator_writes']})")
+            f"operator writes in {args.resync_wait:.0f}s (audit log): "
+            f"{result['resync']['audit_operator_writes']}; writes to pods, Services, job "
+            f"status and Events by anyone: {result['resync']['operator_writes_total']}")
         result["watcher_events"] = watcher.events
         write_result("scale", result, args.out)
         ok = True
     finally:
+        if reactor is not None:
+            reactor.kill()
+            reactor.wait()
         if pyspy is not None:
             _stop_pyspy(pyspy)
         await op.stop()
@@ -354,14 +444,21 @@ def print_summary(r: dict[str, Any]) -> None:
           f"{f['rss_mb_per_1000_pods']:.1f} MB per 1,000 pods "
           f"({f['rss_growth_mb_per_1000_pods']:.1f} MB above the empty operator); "
           f"CPU {f['cpu_s']:.0f}s")
-    print(f"  pod change -> job status (target p99 <= 250 ms): {ms(r['latency']['seconds'])}")
+    print(f"  pod end -> job status (target p99 <= 250 ms): {ms(r['latency']['seconds'])}")
+    if "ceiling_seconds" in r["latency"]:
+        print(f"    ceiling (pod end -> bare reactor's write): "
+              f"{ms(r['latency']['ceiling_seconds'])}")
     print(f"  new job create -> all pods, empty:    {ms(r['probes_empty']['seconds'])}")
+    print(f"    ceiling (bench creates them):       {ms(r['probes_empty']['ceiling_seconds'])}")
     print(f"  new job create -> all pods, full:     {ms(r['probes_full']['seconds'])}")
-    print(f"  full / empty p99 (target <= 1.10):    {r['probes_p99_ratio']:.2f}")
+    print(f"    ceiling (bench creates them):       {ms(r['probes_full']['ceiling_seconds'])}")
+    print(f"  full / empty p99 (target <= 1.10):    {r['probes_p99_ratio']:.2f} "
+          f"(ceiling: {r['ceiling_probes_p99_ratio']:.2f})")
     rs = r["resync"]
     print(f"  restart: ready in {rs['ready_seconds']:.1f}s, peak RSS "
-          f"{rs['footprint_after']['hwm_mb']:.0f} MB, writes while re-syncing "
-          f"{rs['operator_writes_total']} (target 0)")
+          f"{rs['footprint_after']['hwm_mb']:.0f} MB, operator writes while re-syncing "
+          f"{rs['audit_operator_writes']} (audit log; target 0); writes to the resources it "
+          f"writes, by anyone: {rs['operator_writes_total']}")
 
 
 def main(argv: list[str] | None = None) -> int:
