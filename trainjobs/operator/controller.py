@@ -28,6 +28,7 @@ from trainjobs.operator.cache import (
     JobEntry,
     OwnedEntry,
     OwnerIndex,
+    PackedRender,
     job_key,
     reduce_job,
     reduce_owned,
@@ -70,7 +71,7 @@ class _Parsed:
     generation: int
     uid: str
     job: Job | None
-    desired: RenderedJob | None
+    desired: PackedRender | None
     error: SpecInvalid | None = None
 
 
@@ -241,17 +242,21 @@ class Controller:
         return parsed
 
     def _desired(self, parsed: _Parsed, job: Job, finished: bool) -> RenderedJob:
-        """The objects the job should own. A finished job needs none: it only cleans up, so
-        its rendering is dropped (5,000 finished jobs must not hold 20,000 pod manifests)."""
+        """The objects the job should own, rendered once per generation and kept packed.
+
+        A finished job needs none: it only cleans up, so its rendering is dropped (5,000
+        finished jobs must not hold 20,000 pod manifests)."""
         if finished:
             parsed.desired = None
             return RenderedJob()
-        if parsed.desired is None:
-            framework = self.plugins.framework_for(job.kind)
-            assert framework is not None
-            parsed.desired = render_job(job, framework, self.plugins, backend="kubernetes",
-                                        controller_config=self.settings.controller_config)
-        return parsed.desired
+        if parsed.desired is not None:
+            return parsed.desired.unpack()
+        framework = self.plugins.framework_for(job.kind)
+        assert framework is not None
+        rendered = render_job(job, framework, self.plugins, backend="kubernetes",
+                              controller_config=self.settings.controller_config)
+        parsed.desired = PackedRender.pack(rendered)
+        return rendered
 
     async def reconcile(self, key: str) -> None:
         entry = self.jobs.get(key)
