@@ -12,6 +12,8 @@ One control plane, one namespace, the operator watching it:
    KWOK ends it with exit code 0 at once); from the watcher seeing the pod Succeeded to the
    watcher seeing the job Succeeded;
 5. the same probes as in 1, now with every job present;
+   (before 1, 4 and 5 the bench waits until the machine is quiet, --quiet-cpu, so that the
+   full cluster is compared with the empty one, not with its own backlog);
 6. restart the operator: time to ready (LIST of everything), its peak RSS while re-syncing,
    and the writes it makes (none expected: nothing changed).
 
@@ -85,6 +87,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "{concurrency})")
     p.add_argument("--ready-path", default="/readyz", help="'none': wait 5 s instead")
     p.add_argument("--resync-wait", type=float, default=10.0)
+    p.add_argument("--quiet-cpu", type=float, default=0.3,
+                   help="before measuring with every job present, wait until the machine uses "
+                        "less than this many CPUs (10 s windows): the control plane's backlog "
+                        "from the population has drained (default 0.3)")
+    p.add_argument("--quiet-timeout", type=float, default=900.0,
+                   help="measure anyway after this many seconds, recording that it was busy")
     p.add_argument("--no-audit", action="store_true")
     p.add_argument("--profile", action="store_true",
                    help="py-spy record the operator while populating and during the latency "
@@ -210,6 +218,31 @@ class Bench:
         log(f"populate: settled after {t_settled:.0f}s")
         return res
 
+    async def quiesce(self, label: str) -> dict[str, Any]:
+        """Wait until the machine is quiet (see --quiet-cpu), so that the figures measured with
+        every job present are not those of a control plane still catching up with the
+        population (its controllers work through 20,000 pods' changes for minutes after the
+        last job settled). Records how long that took and who was busy meanwhile."""
+        window = 10.0
+        t0 = time.perf_counter()
+        first = cpu_snapshot(self.cluster.plane, self.op)
+        before = first
+        while True:
+            await asyncio.sleep(window)
+            now = cpu_snapshot(self.cluster.plane, self.op)
+            busy = (now["machine_busy"] - before["machine_busy"]) / window
+            waited = time.perf_counter() - t0
+            if busy < self.args.quiet_cpu or waited >= self.args.quiet_timeout:
+                break
+            log(f"{label}: machine busy {busy:.2f} CPUs, waiting for < "
+                f"{self.args.quiet_cpu:.2f} ({waited:.0f}s)")
+            before = now
+        res = {"seconds": waited, "busy_cpus_last_window": busy,
+               "quiet": busy < self.args.quiet_cpu, "cpu": cpu_diff(now, first)}
+        log(f"{label}: {'quiet' if res['quiet'] else 'still busy'} after {waited:.0f}s "
+            f"({busy:.2f} CPUs busy)")
+        return res
+
     async def make_reaction_pods(self) -> list[str]:
         """Pods for the reaction ceiling: the ceiling's copy of a running Chief each."""
         names = []
@@ -322,6 +355,7 @@ async def main_async(args: argparse.Namespace) -> int:
         result["footprint_empty"] = op.footprint()
         bench = Bench(args, cluster, api, watcher, op, ns, ceiling_ns, owner)
 
+        result["quiesce_before_empty"] = await bench.quiesce("quiesce")
         result["probes_empty"] = await bench.probes("probe-empty")
         write_result("scale", result, args.out)
         reaction_pods = await bench.make_reaction_pods()
@@ -351,6 +385,7 @@ async def main_async(args: argparse.Namespace) -> int:
             f"{watcher.counts[ns].services} Services: rss {fp['rss_mb']:.0f} MB, peak "
             f"{fp['hwm_mb']:.0f} MB, cpu {fp['cpu_s']:.0f}s")
         write_result("scale", result, args.out)
+        result["quiesce_before_latency"] = await bench.quiesce("quiesce")
 
         if args.profile:
             pyspy = _start_pyspy(op.pid, root / "profile-latency")
@@ -371,6 +406,7 @@ async def main_async(args: argparse.Namespace) -> int:
         write_result("scale", result, args.out)
 
         await asyncio.sleep(10)  # the operator's clean-up after the latency phase
+        result["quiesce_before_probes"] = await bench.quiesce("quiesce")
         result["probes_full"] = await bench.probes("probe-full")
         e, f = result["probes_empty"]["seconds"], result["probes_full"]["seconds"]
         result["probes_p99_ratio"] = f["p99"] / e["p99"]

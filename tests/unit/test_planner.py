@@ -275,6 +275,30 @@ def test_clean_pod_policy_after_success(policy: str, deleted: list[str]) -> None
     assert w.step().actions == 0
 
 
+@pytest.mark.parametrize("policy", ["Running", "All"])
+def test_clean_up_retries_the_services_of_pods_already_going_or_gone(policy: str) -> None:
+    # The pass that deleted the pods failed to delete their Services (an API error): the next
+    # pass sees the pods going, or gone, and the Services still there. They must go then.
+    w = _succeeded_world(policy)
+    w.set("tf-ps-0", deleting=True)
+    w.set("tf-worker-0", deleting=True)
+    w.remove("tf-worker-1")
+    p = w.plan()
+    assert "tf-ps-0" not in p.delete_pods and "tf-worker-0" not in p.delete_pods
+    going = ["tf-ps-0", "tf-worker-0", "tf-worker-1"]
+    assert sorted(p.delete_services) == (going if policy == "Running" else
+                                         ["tf-chief-0", *going])
+    w.apply(p)
+    w.gc()
+    assert w.step().actions == 0
+
+
+def test_clean_pod_policy_none_keeps_the_services_of_gone_pods() -> None:
+    w = _succeeded_world("None")
+    w.remove("tf-worker-1")
+    assert w.plan().delete_services == []
+
+
 def test_finished_job_never_creates_pods_nor_runs_again() -> None:
     w = _succeeded_world("All")
     completed = w.status.completion_time

@@ -328,9 +328,12 @@ def _finish(
             continue
         if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and pod.active):
             plan_.delete_pods.append(pod.name)
-            if pod.name in services:
-                plan_.delete_services.append(pod.name)
     if policy is not CleanPodPolicy.NONE:
+        # A replica's Service goes with its pod, and so does one whose pod is already going or
+        # gone (its first delete failed, or someone else deleted the pod): a finished job's
+        # Service without a pod serves nothing, and this pass may be the last one.
+        kept = {p.name for p in pods if not p.deleting} - set(plan_.delete_pods)
+        plan_.delete_services.extend(sorted(services - kept))
         # Pods a plugin added for the replicas (a managed Redis) serve them until they end and
         # run forever otherwise: like running replicas, they go when the job has finished.
         plan_.delete_pods.extend(_extra_pods(extras, pods, plan_.delete_pods))

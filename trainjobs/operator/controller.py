@@ -360,7 +360,7 @@ class Controller:
         calls: list[Any] = []
         for name in decision.delete_pods:
             self.expectations.expect_delete(key, f"Pod/{name}")
-            calls.append(self._delete(PODS, ns, name))
+            calls.append(self._delete(PODS, ns, name, expected_by=key))
         for name in decision.delete_services:
             calls.append(self._delete(SERVICES, ns, name))
         for svc in decision.create_services:
@@ -405,12 +405,18 @@ class Controller:
             self.expectations.expect_create(key, ref)
         return "created"
 
-    async def _delete(self, res: Resource, ns: str, name: str) -> str:
+    async def _delete(self, res: Resource, ns: str, name: str,
+                      expected_by: str | None = None) -> str:
+        """Delete one object. A failed delete withdraws the expectation `expected_by` recorded
+        for it: otherwise the object would count as going, and not be deleted again, until the
+        expectation expired."""
         try:
             await self.kube.delete(res, ns, name)
         except ApiError as exc:
             if exc.status == 404:
                 return "gone"
+            if expected_by is not None:
+                self.expectations.seen(expected_by, f"{res.kind}/{name}", exists=False)
             raise
         return "deleted"
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from trainjobs.operator.kube import ApiError, Kube, Resource
+from trainjobs.operator.kube import ApiError, Kube, Resource, WatchDropped
 
 __all__ = ["Informer"]
 
@@ -56,11 +57,22 @@ class Informer(Generic[T]):
         """List and watch forever; transient errors back off and retry."""
         delay = 0.5
         while True:
+            watched = 0.0
             try:
                 if not self.resource_version:
                     await self._relist()
+                watched = time.monotonic()
                 await self._watch()
                 delay = 0.5
+            except WatchDropped as exc:
+                # Watch again from where it was; back off only when drops come in quick
+                # succession (a flapping connection), not after a watch that worked a while.
+                log.info("%r: %s; watching again", self, exc)
+                if time.monotonic() - watched < 1.0:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+                else:
+                    delay = 0.5
             except ApiError as exc:
                 if exc.status == 410:
                     log.info("%r: resourceVersion expired, listing again", self)
@@ -72,6 +84,11 @@ class Informer(Generic[T]):
             except (ValueError, KeyError) as exc:  # a malformed event: re-list to be safe
                 log.warning("%r: bad watch event (%s); listing again", self, exc)
                 self.resource_version = ""
+            except Exception:  # a bug here must not leave the cache silently stale
+                log.exception("%r failed; listing again in %.1fs", self, delay)
+                self.resource_version = ""
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     async def _relist(self) -> None:
         fresh: dict[Key, T] = {}

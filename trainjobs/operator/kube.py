@@ -26,7 +26,7 @@ from trainjobs.api.models import GROUP, VERSION
 from trainjobs.errors import TemporaryError
 from trainjobs.operator import metrics
 
-__all__ = ["ApiError", "Kube", "Resource", "connect"]
+__all__ = ["ApiError", "Kube", "Resource", "WatchDropped", "connect"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,11 @@ class ApiError(Exception):
 
     def temporary(self, delay: float = 1.0) -> TemporaryError:
         return TemporaryError(str(self), delay)
+
+
+class WatchDropped(ApiError):
+    """A watch that was established broke in the middle of its stream (a connection reset,
+    an API server or load balancer going away): not a failure to reach the server."""
 
 
 async def connect(kubeconfig: str | None) -> client.ApiClient:
@@ -210,6 +215,9 @@ class Kube:
         except ApiException as exc:
             metrics.API_ERRORS.labels(verb="WATCH", code=str(exc.status)).inc()
             raise ApiError(int(exc.status or 0), str(exc.reason), str(exc.body or "")) from None
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            metrics.API_ERRORS.labels(verb="WATCH", code="0").inc()
+            raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
         if not 200 <= resp.status <= 299:
             body = (await _read(resp)).decode(errors="replace")
             metrics.API_ERRORS.labels(verb="WATCH", code=str(resp.status)).inc()
@@ -224,6 +232,11 @@ class Kube:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
                         yield json.loads(line)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            # The stream broke (connection reset, API server restarted, proxy cut it): the
+            # caller watches again from the last resourceVersion it saw.
+            metrics.API_ERRORS.labels(verb="WATCH", code="0").inc()
+            raise WatchDropped(0, f"watch dropped: {type(exc).__name__}: {exc}") from None
         finally:
             resp.release()
 

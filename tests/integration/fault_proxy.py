@@ -1,0 +1,212 @@
+"""A fault-injecting HTTPS proxy in front of the test API server.
+
+Why a proxy and not a mocked client: the operator under test is the real process with its
+real HTTP stack; only the network between it and the real API server misbehaves, the way a
+busy or restarting API server, a load balancer or a flaky link does:
+
+* ``error_ratio``: a request is answered 500, 503 or 429 (a Status body, as the API server
+  sends) without reaching the API server;
+* ``lose_ratio``: a write reaches the API server and takes effect, but its response is lost
+  (504): the client must not assume it failed - a create retried gets 409, a delete 404;
+* ``watch_cut_after``: every watch is cut after that many seconds by closing the connection in
+  the middle of the stream (not a clean end), so the client must watch again from where it
+  was.
+
+It terminates TLS with the API server's own serving certificate (valid for 127.0.0.1), so a
+kubeconfig that differs from the admin one only in its port reaches it, and forwards with the
+admin client certificate. It runs its own event loop in a thread; counters say what it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import ssl
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from trainjobs.testing import ControlPlane
+
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")
+
+
+class FaultProxy:
+    def __init__(self, plane: ControlPlane, *, log: Path | None = None, seed: int = 7) -> None:
+        self.plane = plane
+        self.log = log
+        self.error_ratio = 0.0
+        self.lose_ratio = 0.0
+        self.watch_cut_after: float | None = None
+        self.counts: Counter[str] = Counter()
+        self.port = 0
+        self._random = random.Random(seed)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy",
+                                        daemon=True)
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._lock = threading.Lock()
+        self._streams: set[asyncio.Transport] = set()  # open watch connections
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=30)
+        return self
+
+    def stop(self) -> None:
+        print(f"fault proxy: {dict(self.snapshot())}; log {self.log}")
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def kubeconfig(self, path: Path) -> Path:
+        """The admin kubeconfig with the proxy as its server."""
+        text = self.plane.kubeconfig.read_text()
+        server = self.plane.server
+        assert server in text, f"{server} not in {self.plane.kubeconfig}"
+        path.write_text(text.replace(server, f"https://127.0.0.1:{self.port}"))
+        return path
+
+    def set(self, *, error_ratio: float = 0.0, lose_ratio: float = 0.0,
+            watch_cut_after: float | None = None) -> None:
+        with self._lock:
+            self.error_ratio = error_ratio
+            self.lose_ratio = lose_ratio
+            self.watch_cut_after = watch_cut_after
+
+    def count(self, what: str, request: web.Request | None = None) -> None:
+        with self._lock:
+            self.counts[what] += 1
+        if self.log is not None and request is not None:
+            with self.log.open("a") as out:
+                out.write(f"{time.strftime('%H:%M:%S')} {what}: {request.method} "
+                          f"{request.path_qs}\n")
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.counts)
+
+    # -- the server ------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        pki = self.plane.pki
+        upstream = ssl.create_default_context(cafile=str(pki.ca_cert))
+        upstream.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=upstream, limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+        serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        serving.load_cert_chain(str(pki.serving_cert), str(pki.serving_key))
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=2.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=serving)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def _stop(self) -> None:
+        for transport in list(self._streams):  # watches would hold the shutdown up
+            transport.abort()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+        # Let the aborted and closed TLS connections finish closing before the loop stops
+        # (aiohttp's advice for SSL); otherwise they are reported as unclosed at exit.
+        await asyncio.sleep(0.5)
+
+    def _roll(self, ratio: float) -> bool:
+        with self._lock:
+            return ratio > 0 and self._random.random() < ratio
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") in ("true", "1"):
+            return await self._watch(request)
+        with self._lock:
+            error_ratio, lose_ratio = self.error_ratio, self.lose_ratio
+        if self._roll(error_ratio):
+            code = self._random.choice((500, 503, 429))
+            self.count(f"injected {code}", request)
+            return _status(code, "injected by the fault proxy")
+        body = await request.read()
+        assert self._session is not None
+        async with self._session.request(
+            request.method, f"{self.plane.server}{request.path_qs}", data=body or None,
+            headers={h: request.headers[h] for h in FORWARDED_HEADERS if h in request.headers},
+        ) as upstream:
+            data = await upstream.read()
+            content_type = upstream.headers.get("Content-Type", "application/json")
+            status = upstream.status
+        if request.method in WRITES and self._roll(lose_ratio):
+            self.count(f"lost {request.method} response ({status})", request)
+            return _status(504, "response lost by the fault proxy")
+        self.count("forwarded")
+        return web.Response(status=status, body=data, headers={"Content-Type": content_type})
+
+    async def _watch(self, request: web.Request) -> web.StreamResponse:
+        assert self._session is not None
+        with self._lock:
+            cut_after = self.watch_cut_after
+        async with self._session.get(
+            f"{self.plane.server}{request.path_qs}",
+            headers={h: request.headers[h] for h in FORWARDED_HEADERS if h in request.headers},
+        ) as upstream:
+            if upstream.status != 200:
+                return web.Response(status=upstream.status, body=await upstream.read(),
+                                    headers={"Content-Type": "application/json"})
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await response.prepare(request)
+            self.count("watches", request)
+            if request.transport is not None:
+                self._streams.add(request.transport)  # type: ignore[arg-type]
+            deadline = None if cut_after is None else asyncio.get_running_loop().time() + \
+                cut_after
+            while True:
+                timeout = None if deadline is None else \
+                    max(0.0, deadline - asyncio.get_running_loop().time())
+                try:
+                    chunk = await asyncio.wait_for(upstream.content.readany(), timeout)
+                except TimeoutError:
+                    # Mid-stream, no clean end: the client sees a broken response.
+                    self.count("watches cut", request)
+                    if request.transport is not None:
+                        self._streams.discard(request.transport)  # type: ignore[arg-type]
+                        request.transport.abort()
+                    return response
+                if not chunk:
+                    self._streams.discard(request.transport)  # type: ignore[arg-type]
+                    return response
+                await response.write(chunk)
+
+
+def _status(code: int, message: str) -> web.Response:
+    reason = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+              504: "Timeout"}[code]
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Failure", "message": message, "reason": reason,
+                            "code": code}
+    headers = {"Content-Type": "application/json"}
+    if code == 429:
+        headers["Retry-After"] = "1"
+    return web.Response(status=code, body=json.dumps(body), headers=headers)
