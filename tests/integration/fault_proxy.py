@@ -8,6 +8,8 @@ busy or restarting API server, a load balancer or a flaky link does:
   sends) without reaching the API server;
 * ``lose_ratio``: a write reaches the API server and takes effect, but its response is lost
   (504): the client must not assume it failed - a create retried gets 409, a delete 404;
+* ``stall_ratio``: a write reaches the API server and takes effect, but its response comes
+  ``stall_seconds`` late, after the client's request timeout;
 * ``watch_cut_after``: every watch is cut after that many seconds by closing the connection in
   the middle of the stream (not a clean end), so the client must watch again from where it
   was.
@@ -44,6 +46,8 @@ class FaultProxy:
         self.log = log
         self.error_ratio = 0.0
         self.lose_ratio = 0.0
+        self.stall_ratio = 0.0
+        self.stall_seconds = 0.0
         self.watch_cut_after: float | None = None
         self.counts: Counter[str] = Counter()
         self.port = 0
@@ -55,6 +59,7 @@ class FaultProxy:
         self._session: aiohttp.ClientSession | None = None
         self._lock = threading.Lock()
         self._streams: set[asyncio.Transport] = set()  # open watch connections
+        self._owed: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -87,11 +92,29 @@ class FaultProxy:
         return path
 
     def set(self, *, error_ratio: float = 0.0, lose_ratio: float = 0.0,
+            stall_ratio: float = 0.0, stall_seconds: float = 0.0,
             watch_cut_after: float | None = None) -> None:
         with self._lock:
             self.error_ratio = error_ratio
             self.lose_ratio = lose_ratio
+            self.stall_ratio = stall_ratio
+            self.stall_seconds = stall_seconds
             self.watch_cut_after = watch_cut_after
+            # Each kind of fault asked for happens at least once, at its first chance, so a
+            # test never depends on the dice: the first requests are answered 500, 503 and
+            # 429, the first create loses its response, the first status write is stalled.
+            self._owed = ({"500", "503", "429"} if error_ratio else set()) | \
+                ({"lose POST"} if lose_ratio else set()) | \
+                ({"stall PATCH"} if stall_ratio else set())
+
+    def _take(self, *owed: str) -> str | None:
+        """One of `owed` that is still owed, now paid; None when none is."""
+        with self._lock:
+            for what in owed:
+                if what in self._owed:
+                    self._owed.discard(what)
+                    return what
+        return None
 
     def count(self, what: str, request: web.Request | None = None) -> None:
         with self._lock:
@@ -145,8 +168,10 @@ class FaultProxy:
             return await self._watch(request)
         with self._lock:
             error_ratio, lose_ratio = self.error_ratio, self.lose_ratio
-        if self._roll(error_ratio):
-            code = self._random.choice((500, 503, 429))
+            stall_ratio, stall_seconds = self.stall_ratio, self.stall_seconds
+        forced = self._take("500", "503", "429")
+        if forced or self._roll(error_ratio):
+            code = int(forced) if forced else self._random.choice((500, 503, 429))
             self.count(f"injected {code}", request)
             return _status(code, "injected by the fault proxy")
         body = await request.read()
@@ -158,9 +183,13 @@ class FaultProxy:
             data = await upstream.read()
             content_type = upstream.headers.get("Content-Type", "application/json")
             status = upstream.status
-        if request.method in WRITES and self._roll(lose_ratio):
+        write = request.method in WRITES
+        if write and (self._take(f"lose {request.method}") or self._roll(lose_ratio)):
             self.count(f"lost {request.method} response ({status})", request)
             return _status(504, "response lost by the fault proxy")
+        if write and (self._take(f"stall {request.method}") or self._roll(stall_ratio)):
+            self.count(f"stalled {request.method} response ({status})", request)
+            await asyncio.sleep(stall_seconds)
         self.count("forwarded")
         return web.Response(status=status, body=data, headers={"Content-Type": content_type})
 

@@ -118,15 +118,19 @@ def _environment_matters() -> bool:
 class Kube:
     """Raw-JSON access to the resources the operator uses."""
 
-    def __init__(self, api: client.ApiClient, user_agent: str = "trainjobs-operator") -> None:
+    def __init__(self, api: client.ApiClient, user_agent: str = "trainjobs-operator",
+                 request_timeout: float = 30.0) -> None:
         self.api = api
         self.api.user_agent = user_agent
+        self.request_timeout = request_timeout
 
     async def request(self, verb: str, url: str, body: Any = None, *,
                       query: list[tuple[str, Any]] | None = None,
                       content_type: str = "application/json",
-                      timeout: float = 30.0) -> dict[str, Any]:
-        """One API call; returns the decoded JSON body. Raises `ApiError`."""
+                      timeout: float | None = None) -> dict[str, Any]:
+        """One API call; returns the decoded JSON body. Raises `ApiError` (status 0 when no
+        response came, a timeout included)."""
+        timeout = timeout or self.request_timeout
         try:
             resp = await self.api.call_api(
                 url, verb, query_params=query or [],
@@ -180,7 +184,8 @@ class Kube:
                 query.append(("labelSelector", label_selector))
             if cont:
                 query.append(("continue", cont))
-            page = await self.request("GET", resource.url(namespace), query=query, timeout=120)
+            page = await self.request("GET", resource.url(namespace), query=query,
+                                      timeout=max(120.0, self.request_timeout))
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""
             yield page.get("items") or [], str(meta.get("resourceVersion", ""))

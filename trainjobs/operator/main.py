@@ -51,14 +51,14 @@ def run_operator(args: argparse.Namespace) -> int:
     lease = LeaseSettings(args.leader_election_namespace, args.leader_election_id,
                           args.lease_duration, args.renew_deadline, args.retry_period)
     return asyncio.run(_run(args.kubeconfig, settings, host or "0.0.0.0", int(port),
-                            lease if args.leader_elect else None))
+                            lease if args.leader_elect else None, args.request_timeout))
 
 
 async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, port: int,
-               lease: LeaseSettings | None) -> int:
+               lease: LeaseSettings | None, request_timeout: float = 30.0) -> int:
     plugins = load_plugins()
     api = await connect(kubeconfig)
-    kube = Kube(api)
+    kube = Kube(api, request_timeout=request_timeout)
     controller = Controller(kube, plugins, settings)
     elector = LeaderElector(kube, lease) if lease else None
     stop = asyncio.Event()

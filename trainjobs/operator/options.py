@@ -27,5 +27,8 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
     p.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
     p.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="give up on an API request after this long and retry it (default 30; "
+                        "LISTs get at least 120)")
     p.add_argument("--status-coalesce", type=float, default=1.0, metavar="SECONDS",
                    help="write count-only status changes at most this often per job")
