@@ -27,10 +27,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from trainjobs.testing import (
     EXIT_CODE_ANNOTATION,
@@ -320,6 +323,12 @@ class Namespace:
     def event_reasons(self, name: str) -> list[str]:
         return [e["reason"] for e in self.events(name)]
 
+    def scheduled(self) -> Counter[str]:
+        """How many times each pod name was scheduled: once per pod object created under it,
+        so a pod deleted and created again counts twice."""
+        return Counter(e["involvedObject"]["name"] for e in self.events()
+                       if e["reason"] == "Scheduled" and e["involvedObject"]["kind"] == "Pod")
+
 
 @contextlib.contextmanager
 def watch_statuses(ns: Namespace, kind: str, name: str) -> Iterator[list[dict[str, Any]]]:
@@ -431,6 +440,16 @@ class Operator:
             return exc.code, exc.read().decode()
         except (urllib.error.URLError, OSError) as exc:
             return 0, str(exc)
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """/metrics parsed: (sample name, sorted labels) -> value."""
+        code, text = self.http("/metrics")
+        assert code == 200, (code, text)
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return out
 
     def ready(self) -> bool:
         if self.proc.poll() is not None:

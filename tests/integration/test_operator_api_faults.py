@@ -1,12 +1,11 @@
 """API faults on the real control plane: the operator talks to the API server through a proxy
 that answers some requests 500/503/429, loses the responses of some writes that did take effect,
 answers others after the operator's request timeout, and cuts every watch in the middle of its
-stream. Jobs still converge to exactly the right
-pods and the right status, nothing is created twice, and the process never crashes."""
+stream. Jobs still converge to the right pods and the right status, nothing is created twice,
+and the process never crashes."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from tests.integration.fault_proxy import FaultProxy
 from tests.integration.operator_helpers import (
     Namespace,
+    Operator,
     Operators,
     condition,
     job,
@@ -28,23 +28,15 @@ from trainjobs.testing import ControlPlane
 pytestmark = pytest.mark.integration
 
 
-def _scheduled(ns: Namespace) -> Counter[str]:
-    """How many times each pod was scheduled: once per pod object the operator created."""
-    return Counter(e["involvedObject"]["name"] for e in ns.events()
-                   if e["reason"] == "Scheduled" and e["involvedObject"]["kind"] == "Pod")
-
-
-def _api_errors(metrics_text: str) -> Counter[tuple[str, str]]:
-    """The operator's API errors from /metrics: by (code, verb) and by (code, "") for all
+def _api_errors(op: Operator) -> Counter[tuple[str, str]]:
+    """The operator's API errors (its /metrics) by (code, verb), and by (code, "") for all
     verbs together."""
     counts: Counter[tuple[str, str]] = Counter()
-    for line in metrics_text.splitlines():
-        match = re.match(r"trainjobs_api_errors_total\{(.*)\} (\S+)$", line)
-        if match:
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
-            n = int(float(match.group(2)))
-            counts[(labels["code"], labels["verb"])] += n
-            counts[(labels["code"], "")] += n
+    for (name, labels), value in op.metrics().items():
+        if name == "trainjobs_api_errors_total":
+            code, verb = dict(labels)["code"], dict(labels)["verb"]
+            counts[(code, verb)] += int(value)
+            counts[(code, "")] += int(value)
     return counts
 
 
@@ -79,7 +71,7 @@ def test_jobs_converge_through_errors_lost_responses_and_cut_watches(
             ns.wait_condition(kind, name, "Succeeded", timeout=120)
         ns.wait_condition("TfJob", "retry", "Failed", timeout=120)
         faults = proxy.snapshot()
-        metrics = op.http("/metrics")
+        errors = _api_errors(op)
         assert op.ready(), "the operator is not ready after the faults"
 
         # The faults happened, of every kind (the proxy counts what it did).
@@ -89,7 +81,6 @@ def test_jobs_converge_through_errors_lost_responses_and_cut_watches(
         assert sum(n for what, n in faults.items() if what.startswith("stalled")) >= 1, faults
         assert faults["watches cut"] >= 3, faults
         # ... and the operator saw them as API errors (its /metrics), which it retried.
-        errors = _api_errors(metrics[1])
         assert errors[("500", "")] + errors[("503", "")] + errors[("429", "")] + \
             errors[("504", "")] >= 3, errors
         assert errors[("0", "WATCH")] >= 1, errors  # the cut watches
@@ -115,7 +106,7 @@ def test_jobs_converge_through_errors_lost_responses_and_cut_watches(
 
     # No pod was deleted and created again, except the retried Worker, recreated exactly twice;
     # the replicas that ran to the end are there; nothing else was created.
-    scheduled = _scheduled(ns)
+    scheduled = ns.scheduled()
     assert scheduled["retry-worker-0"] == 3, scheduled
     assert all(n == 1 for pod, n in scheduled.items() if pod != "retry-worker-0"), scheduled
     for pod in ("mx-worker-0", "mx-worker-1", "tf-chief-0", "after-worker-0"):

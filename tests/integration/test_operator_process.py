@@ -10,7 +10,6 @@ import socket
 import time
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.operator_helpers import Namespace, Operators, job, replica, wait_for
 
@@ -77,14 +76,6 @@ def test_leader_election_one_acts_and_a_standby_takes_over(
     assert not b.problems()
 
 
-def _metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
-
-
 def test_health_metrics_events_and_sigterm(bare_ns: Namespace, operators: Operators) -> None:
     ns = bare_ns
     op = operators.start()
@@ -103,7 +94,7 @@ def test_health_metrics_events_and_sigterm(bare_ns: Namespace, operators: Operat
     for name in ("trainjobs_jobs", "trainjobs_reconcile_duration_seconds",
                  "trainjobs_work_queue_depth", "trainjobs_api_errors_total"):
         assert f"# TYPE {name} " in text, name
-    metrics = _metrics(text)
+    metrics = op.metrics()
     jobs = {labels: value for (name, labels), value in metrics.items()
             if name == "trainjobs_jobs"}
     # One job of each kind, each counted once, in its final state.

@@ -5,7 +5,6 @@ Failed with a reason and never stall other jobs; an operator SIGKILLed while it 
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 import pytest
 
@@ -120,8 +119,7 @@ def test_sigkill_while_creating_50_replicas_then_restart_creates_each_pod_once(
                 at_kill[name], f"{name} was recreated"
     assert {s["metadata"]["name"] for s in ns.services("big")} == names
     # Each pod was scheduled exactly once: no pod was ever deleted and created again.
-    scheduled = Counter(e["involvedObject"]["name"] for e in ns.events()
-                        if e["reason"] == "Scheduled" and e["involvedObject"]["kind"] == "Pod")
+    scheduled = ns.scheduled()
     assert set(scheduled) == names and set(scheduled.values()) == {1}, scheduled
     time.sleep(1.5)
     status = ns.status("TfJob", "big")

@@ -359,7 +359,6 @@ class Controller:
         ns = job.namespace
         calls: list[Any] = []
         for name in decision.delete_pods:
-            self.expectations.expect_delete(key, f"Pod/{name}")
             calls.append(self._delete(PODS, ns, name, expected_by=key))
         for name in decision.delete_services:
             calls.append(self._delete(SERVICES, ns, name))
@@ -407,16 +406,19 @@ class Controller:
 
     async def _delete(self, res: Resource, ns: str, name: str,
                       expected_by: str | None = None) -> str:
-        """Delete one object. A failed delete withdraws the expectation `expected_by` recorded
-        for it: otherwise the object would count as going, and not be deleted again, until the
-        expectation expired."""
+        """Delete one object; with `expected_by` (a job key), count it as going for that job
+        until the cache shows it so (expected before the request is sent, so a fast watch
+        cannot beat it), or until the delete fails: then it must be deleted again."""
+        ref = f"{res.kind}/{name}"
+        if expected_by is not None:
+            self.expectations.expect_delete(expected_by, ref)
         try:
             await self.kube.delete(res, ns, name)
         except ApiError as exc:
             if exc.status == 404:
                 return "gone"
             if expected_by is not None:
-                self.expectations.seen(expected_by, f"{res.kind}/{name}", exists=False)
+                self.expectations.seen(expected_by, ref, exists=False)
             raise
         return "deleted"
 

@@ -52,21 +52,19 @@ def apply_crds(
     ]
     if crds:
         deadline = time.monotonic() + timeout
-        items = _wait_established(kubectl, kubeconfig, crds, timeout)
+        items = _wait_established(kubectl, kubeconfig, crds, deadline)
         _wait_published(kubectl, kubeconfig, items, deadline)
     return [name.removeprefix(_CRD_PREFIX) for name in crds]
 
 
-def _wait_established(kubectl: Path, kubeconfig: Path, crds: list[str], timeout: float
+def _wait_established(kubectl: Path, kubeconfig: Path, crds: list[str], deadline: float
                       ) -> list[dict[str, Any]]:
     """Poll until every CRD is Established; returns their objects. (`kubectl wait` fails at
     once with "conditions accessor error" when asked before the API server wrote a new CRD's
     first condition.)"""
-    deadline = time.monotonic() + timeout
     names = {c.removeprefix(_CRD_PREFIX) for c in crds}
     while True:
-        listing = json.loads(run_kubectl(kubectl, kubeconfig, "get", "crd", "-o", "json",
-                                         timeout=timeout).stdout)
+        listing = json.loads(run_kubectl(kubectl, kubeconfig, "get", "crd", "-o", "json").stdout)
         ready = {
             item["metadata"]["name"] for item in listing.get("items", [])
             if any(c.get("type") == "Established" and c.get("status") == "True"
@@ -76,8 +74,7 @@ def _wait_established(kubectl: Path, kubeconfig: Path, crds: list[str], timeout:
             return [item for item in listing.get("items", [])
                     if item["metadata"]["name"] in names]
         if time.monotonic() > deadline:
-            raise ControlPlaneError(f"CRDs not Established after {timeout:.0f}s: "
-                                    f"{sorted(names - ready)}")
+            raise ControlPlaneError(f"CRDs not Established in time: {sorted(names - ready)}")
         time.sleep(0.2)
 
 
