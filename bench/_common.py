@@ -141,7 +141,8 @@ class Cluster:
 
     @classmethod
     def start(cls, workdir: Path, *, nodes: int, node_pods: int, audit: bool = True,
-              apiserver_args: Sequence[str] = (), scheduler_qps: int = 5000) -> Cluster:
+              apiserver_args: Sequence[str] = (), scheduler_qps: int = 5000,
+              controller_manager_args: Sequence[str] = ()) -> Cluster:
         workdir = workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         args = list(apiserver_args)
@@ -167,7 +168,8 @@ class Cluster:
         options = ClusterOptions(
             nodes=nodes, node_pods=str(node_pods), node_cpu="1000", node_memory="4Ti",
             start_timeout=300.0, apiserver_args=tuple(args),
-            scheduler_args=(f"--config={sched}",))
+            scheduler_args=(f"--config={sched}",),
+            controller_manager_args=tuple(controller_manager_args))
         log(f"starting control plane: {nodes} KWOK nodes x {node_pods} pods in {workdir}")
         plane = ControlPlane.start(workdir, options)
         try:

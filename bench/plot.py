@@ -75,30 +75,39 @@ def plot_scale(data: dict[str, Any], out: Path) -> Path:
     plt = _matplotlib()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5))
 
-    def cdf(a: Any, values: list[float], label: str, color: str) -> None:
+    def cdf(a: Any, values: list[float], label: str | None, color: str, ls: str) -> None:
         xs = [v * 1000 for v in sorted(values)]
         ys = [(i + 1) / len(xs) for i in range(len(xs))]
-        a.step(xs, ys, where="post", label=label, color=color)
+        a.step(xs, ys, ls, where="post", label=label, color=color)
 
     f = data["footprint_full"]
-    cdf(ax, data["latency"]["values"], f"ours: pod ended -> job Succeeded ({f['jobs']} jobs)",
-        "tab:blue")
-    if "ceiling_values" in data["latency"]:
-        cdf(ax, data["latency"]["ceiling_values"], "ceiling: pod ended -> bare reactor's "
-            "ConfigMap", "tab:gray")
+    # Runs before --repeats kept one round's figures at the top level.
+    rounds = [r for r in data.get("rounds", [data]) if "probes_full" in r]
+    styles = ["-", "--", ":", "-."]
+    for i, rnd in enumerate(rounds):
+        ls = styles[i % len(styles)]
+
+        def step(a: Any, values: list[float], label: str, color: str) -> None:
+            cdf(a, values, label if i == 0 else None, color, ls)  # noqa: B023 (called now)
+
+        step(ax, rnd["latency"]["values"],
+             f"ours: pod ended -> job Succeeded ({f['jobs']} jobs)", "tab:blue")
+        if "ceiling_values" in rnd["latency"]:
+            step(ax, rnd["latency"]["ceiling_values"],
+                 "ceiling: pod ended -> bare reactor's ConfigMap", "tab:gray")
+        step(ax2, rnd["probes_empty"]["values"], "ours, no other job", "tab:cyan")
+        step(ax2, rnd["probes_full"]["values"],
+             f"ours, {f['jobs']} jobs, {f['pods']} pods present", "tab:blue")
+        if "ceiling_values" in rnd["probes_empty"]:
+            step(ax2, rnd["probes_empty"]["ceiling_values"],
+                 "ceiling (bench creates the pods), empty", "silver")
+            step(ax2, rnd["probes_full"]["ceiling_values"], "ceiling, full", "tab:gray")
     ax.axvline(250, color="tab:red", linestyle=":", label="target p99 250 ms")
     ax.axhline(0.99, color="tab:gray", linestyle=":", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("milliseconds")
     ax.set_ylabel("fraction of changes")
     ax.set_title("reaction latency (watcher to watcher)")
-    cdf(ax2, data["probes_empty"]["values"], "ours, no other job", "tab:cyan")
-    cdf(ax2, data["probes_full"]["values"], f"ours, {f['jobs']} jobs, {f['pods']} pods "
-        "present", "tab:blue")
-    if "ceiling_values" in data["probes_empty"]:
-        cdf(ax2, data["probes_empty"]["ceiling_values"], "ceiling (bench creates the pods), "
-            "empty", "silver")
-        cdf(ax2, data["probes_full"]["ceiling_values"], "ceiling, full", "tab:gray")
     ax2.axhline(0.99, color="tab:gray", linestyle=":", linewidth=0.8)
     ax2.set_xscale("log")
     ax2.set_xlabel("milliseconds")
@@ -106,6 +115,9 @@ def plot_scale(data: dict[str, Any], out: Path) -> Path:
     for a in (ax, ax2):
         a.grid(alpha=0.3, which="both")
         a.legend(loc="lower right", fontsize=8)
+    if len(rounds) > 1:
+        fig.suptitle(f"{len(rounds)} rounds over one population (solid, dashed, dotted: "
+                     f"round 1, 2, 3)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -136,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                                 args.outdir / "fanout.png"))
     if args.scale.exists():
         data = json.loads(args.scale.read_text())
-        if "probes_full" in data:
+        if "probes_full" in data or any("probes_full" in r for r in data.get("rounds", [])):
             done.append(plot_scale(data, args.outdir / "scale.png"))
     for path in done:
         print(path)

@@ -4,7 +4,7 @@ empty-cluster baseline measured in the same run, and the operator's footprint.
 One control plane, one namespace, the operator watching it:
 
 1. baseline: --probes new jobs, one every --probe-interval seconds, on an empty cluster; for
-   each, the time from sending its create to the watcher seeing all its pods;
+   each, the time from sending its create to the watcher seeing all its pods (--repeats times);
 2. populate: jobs until --jobs exist (all but --running of them finish: KWOK ends their pods
    with exit code 0 after --finished-run); wait until every one is Succeeded or Running;
 3. footprint: the operator's RSS now and its peak (VmHWM), CPU seconds, per 1,000 pods;
@@ -16,6 +16,11 @@ One control plane, one namespace, the operator watching it:
    full cluster is compared with the empty one, not with its own backlog);
 6. restart the operator: time to ready (LIST of everything), its peak RSS while re-syncing,
    and the writes it makes (none expected: nothing changed).
+
+Steps 4-6 are one round, repeated --repeats times over the one population (populating takes
+most of the run's time); each round ends other running jobs and pairs its probes with the
+baseline of the same number. Every finished pod stays (--pod-gc-threshold), so the operator's
+caches hold every job's pods throughout.
 
     python -m bench.scale                                  # 5,000 jobs / 20,000 pods
     python -m bench.scale --jobs 1000 --changes 200 --running 220
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=5000, help="jobs present (default 5000)")
     p.add_argument("--workers", type=int, default=3, help="Workers per job besides the Chief")
-    p.add_argument("--running", type=int, default=250,
-                   help="jobs among them that keep running (the latency changes end them)")
+    p.add_argument("--running", type=int, default=None,
+                   help="jobs among them that keep running (the latency changes end them; "
+                        "default: changes x repeats + 50)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="measurement rounds over the one population (default 3)")
     p.add_argument("--changes", type=int, default=200, help="pod changes for the latency")
     p.add_argument("--change-interval", type=float, default=0.25)
     p.add_argument("--probes", type=int, default=100, help="new jobs per new-job measurement")
@@ -82,6 +91,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=16,
                    help="operator --concurrency and the bench's creates in flight")
     p.add_argument("--node-pods", type=int, default=1000)
+    p.add_argument("--pod-gc-threshold", type=int, default=None,
+                   help="kube-controller-manager --terminated-pod-gc-threshold (default: twice "
+                        "the pods the run creates, so that every finished pod stays; 0: the "
+                        "controller manager's own default, 12,500)")
     p.add_argument("--operator-cmd", default=DEFAULT_OPERATOR_CMD,
                    help="operator command template ({python} {kubeconfig} {port} {namespace} "
                         "{concurrency})")
@@ -243,11 +256,11 @@ class Bench:
             f"({busy:.2f} CPUs busy)")
         return res
 
-    async def make_reaction_pods(self) -> list[str]:
+    async def make_reaction_pods(self, count: int) -> list[str]:
         """Pods for the reaction ceiling: the ceiling's copy of a running Chief each."""
         names = []
         objs = []
-        for i in range(self.args.changes):
+        for i in range(count):
             job = tfjob(f"lat-{i:04d}", self.ceiling_ns, workers=0, chief_run=None,
                         worker_run=None)
             pod = next(o for o in rendered_objects(job, self.owner) if o["kind"] == "Pod")
@@ -261,13 +274,12 @@ class Bench:
             self.args.timeout)
         return names
 
-    async def latency(self, running: list[str], reaction_pods: list[str]) -> dict[str, Any]:
+    async def latency(self, jobs: list[str], reaction_pods: list[str]) -> dict[str, Any]:
         """End running jobs' Chiefs; pod Succeeded seen -> job Succeeded seen. Interleaved:
         end a reaction pod; pod Succeeded seen -> the reactor's ConfigMap seen."""
         pod_t: dict[str, float] = {}
         job_t: dict[str, float] = {}
         cpod_t: dict[str, float] = {}
-        jobs = running[:self.args.changes]
         for name in reaction_pods:
             def on_cpod(track: PodTrack, phase: str, name: str = name) -> None:
                 if phase in ("Succeeded", "Failed") and name not in cpod_t:
@@ -318,12 +330,107 @@ class Bench:
         return {"seconds": s, "values": sorted(lat), "ceiling_seconds": cs,
                 "ceiling_values": sorted(clat), "cpu": cpu}
 
+    async def restart(self) -> dict[str, Any]:
+        """Restart the operator with everything steady: time to ready (the LIST of
+        everything), its peak RSS then, and the writes it makes (none expected)."""
+        op, api, cluster = self.op, self.api, self.cluster
+        await op.stop()
+        before = await write_counters(api)
+        audit0 = cluster.audit_offset()
+        t_ready = await op.start(timeout=self.args.timeout)
+        hwm_ready = op.footprint()
+        await asyncio.sleep(self.args.resync_wait)
+        after = await write_counters(api)
+        diff = counter_diff(after, before)
+        attributed = attribute(diff, "tfjobs")
+        audit = audit_writes(cluster.audit_since(audit0), self.ns)
+        res = {
+            "ready_seconds": t_ready, "footprint_at_ready": hwm_ready,
+            "footprint_after": op.footprint(), "apiserver_writes": diff,
+            "operator_writes": attributed,
+            "operator_writes_total": sum(attributed.values()),
+            "audit_writes": {k: dict(v) for k, v in audit.items()},
+            "audit_operator_writes": sum(audit.get("operator", {}).values()),
+        }
+        log(f"resync: ready in {t_ready:.1f}s, peak rss {hwm_ready['hwm_mb']:.0f} MB; "
+            f"operator writes in {self.args.resync_wait:.0f}s (audit log): "
+            f"{res['audit_operator_writes']}; writes to pods, Services, job status and Events "
+            f"by anyone: {res['operator_writes_total']}")
+        return res
+
+    def start_reactor(self) -> subprocess.Popen[bytes]:
+        """The bare reactor (bench._reactor), the latency's ceiling; returns once it watches."""
+        plane = self.cluster.plane
+        reactor = subprocess.Popen(
+            [sys.executable, "-m", "bench._reactor", plane.server, str(plane.pki.ca_cert),
+             str(plane.pki.admin_cert), str(plane.pki.admin_key), self.ceiling_ns],
+            stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
+        assert reactor.stdout is not None
+        reactor.stdout.readline()  # "ready"
+        return reactor
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """min/median/max over the rounds."""
+    s = stats(values)
+    return {k: s[k] for k in ("n", "min", "median", "max")} if values else {"n": 0}
+
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each per-round figure as min/median/max over the rounds."""
+    done = [r for r in rounds if "resync" in r]
+    pick: dict[str, Callable[[dict[str, Any]], float]] = {
+        "latency_p50": lambda r: r["latency"]["seconds"]["p50"],
+        "latency_p99": lambda r: r["latency"]["seconds"]["p99"],
+        "reactor_p99": lambda r: r["latency"]["ceiling_seconds"]["p99"],
+        "probes_empty_p99": lambda r: r["probes_empty"]["seconds"]["p99"],
+        "probes_full_p99": lambda r: r["probes_full"]["seconds"]["p99"],
+        "probes_p99_ratio": lambda r: r["probes_p99_ratio"],
+        "probes_p50_ratio": lambda r: r["probes_p50_ratio"],
+        "ceiling_probes_p99_ratio": lambda r: r["ceiling_probes_p99_ratio"],
+        "ceiling_probes_p50_ratio": lambda r: r["ceiling_probes_p50_ratio"],
+        "restart_ready_seconds": lambda r: r["resync"]["ready_seconds"],
+        "restart_hwm_mb": lambda r: r["resync"]["footprint_at_ready"]["hwm_mb"],
+        "restart_operator_writes": lambda r: r["resync"]["audit_operator_writes"],
+    }
+    out: dict[str, Any] = {k: spread([f(r) for r in done]) for k, f in pick.items()}
+
+    def pool(phase: str, key: str) -> dict[str, float]:
+        return stats([v for r in done for v in r[phase][key]])
+
+    # Every round's samples together: a p99 of 300 probes says more than one of 100.
+    pooled: dict[str, Any] = {
+        "latency": pool("latency", "values"),
+        "reactor": pool("latency", "ceiling_values"),
+        "probes_empty": pool("probes_empty", "values"),
+        "probes_full": pool("probes_full", "values"),
+        "ceiling_probes_empty": pool("probes_empty", "ceiling_values"),
+        "ceiling_probes_full": pool("probes_full", "ceiling_values")}
+    if done:
+        for who, empty, full in (("", "probes_empty", "probes_full"),
+                                 ("ceiling_", "ceiling_probes_empty", "ceiling_probes_full")):
+            for q in ("p50", "p99"):
+                pooled[f"{who}probes_{q}_ratio"] = pooled[full][q] / pooled[empty][q]
+    out["pooled"] = pooled
+    return out
+
 
 async def main_async(args: argparse.Namespace) -> int:
     root = args.workdir or Path(tempfile.mkdtemp(prefix="trainjobs-bench-scale-"))
     replicas = 1 + args.workers
-    total_pods = (args.jobs + 3 * args.probes) * replicas + args.changes
+    running_jobs = args.running if args.running is not None else \
+        args.changes * args.repeats + 50
+    if running_jobs < args.changes * args.repeats:
+        raise SystemExit(f"--running {running_jobs} is less than --changes x --repeats "
+                         f"({args.changes * args.repeats}): each change ends a running job")
+    if args.jobs <= args.probes * args.repeats + running_jobs:
+        raise SystemExit(f"--jobs {args.jobs} leaves no finished jobs besides the "
+                         f"{args.probes * args.repeats} probes and {running_jobs} running jobs")
+    # jobs present, plus the full cluster's probes, plus the reactor's pods
+    total_pods = (args.jobs + args.probes * args.repeats) * replicas + \
+        args.changes * args.repeats
     nodes = math.ceil(total_pods * 1.05 / args.node_pods) + 1
+    gc = args.pod_gc_threshold if args.pod_gc_threshold is not None else 2 * total_pods
     ns = "bench-scale"
     ceiling_ns = "bench-ceiling"
     result: dict[str, Any] = {"benchmark": "scale", "machine": machine(),
@@ -331,8 +438,9 @@ async def main_async(args: argparse.Namespace) -> int:
                                          for k, v in vars(args).items()},
                               "nodes": nodes}
     ok = False
-    cluster = Cluster.start(root / "cluster", nodes=nodes, node_pods=args.node_pods,
-                            audit=not args.no_audit)
+    cluster = Cluster.start(
+        root / "cluster", nodes=nodes, node_pods=args.node_pods, audit=not args.no_audit,
+        controller_manager_args=[f"--terminated-pod-gc-threshold={gc}"] if gc else [])
     api = Api(cluster.plane, BENCH_UA, pool=max(args.concurrency, 8))
     watcher = Watcher(api, [ns, ceiling_ns], keep_series=False,
                       configmap_namespaces=[ceiling_ns])
@@ -354,17 +462,20 @@ async def main_async(args: argparse.Namespace) -> int:
         result["operator_ready_seconds"] = await op.start()
         result["footprint_empty"] = op.footprint()
         bench = Bench(args, cluster, api, watcher, op, ns, ceiling_ns, owner)
+        rounds: list[dict[str, Any]] = [{} for _ in range(args.repeats)]
+        result["rounds"] = rounds
 
-        result["quiesce_before_empty"] = await bench.quiesce("quiesce")
-        result["probes_empty"] = await bench.probes("probe-empty")
+        for k, rnd in enumerate(rounds):
+            rnd["quiesce_before_empty"] = await bench.quiesce("quiesce")
+            rnd["probes_empty"] = await bench.probes(f"probe-empty-r{k}")
         write_result("scale", result, args.out)
-        reaction_pods = await bench.make_reaction_pods()
+        reaction_pods = await bench.make_reaction_pods(args.changes * args.repeats)
 
-        n_pop = args.jobs - args.probes
+        n_pop = args.jobs - args.probes * args.repeats
         names = [f"job-{i:05d}" for i in range(n_pop)]
         # Spread the running jobs over the creation order.
-        step = max(1, n_pop // max(1, args.running))
-        running = [names[i] for i in range(0, n_pop, step)][:args.running]
+        step = max(1, n_pop // max(1, running_jobs))
+        running = [names[i] for i in range(0, n_pop, step)][:running_jobs]
         if args.profile:
             pyspy = _start_pyspy(op.pid, root / "profile-populate")
         result["populate"] = await bench.populate(names, set(running))
@@ -385,66 +496,45 @@ async def main_async(args: argparse.Namespace) -> int:
             f"{watcher.counts[ns].services} Services: rss {fp['rss_mb']:.0f} MB, peak "
             f"{fp['hwm_mb']:.0f} MB, cpu {fp['cpu_s']:.0f}s")
         write_result("scale", result, args.out)
-        result["quiesce_before_latency"] = await bench.quiesce("quiesce")
 
-        if args.profile:
-            pyspy = _start_pyspy(op.pid, root / "profile-latency")
-        plane = cluster.plane
-        reactor = subprocess.Popen(
-            [sys.executable, "-m", "bench._reactor", plane.server, str(plane.pki.ca_cert),
-             str(plane.pki.admin_cert), str(plane.pki.admin_key), ceiling_ns],
-            stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
-        assert reactor.stdout is not None
-        await asyncio.to_thread(reactor.stdout.readline)  # "ready"
-        result["latency"] = await bench.latency(running, reaction_pods)
-        reactor.terminate()
-        reactor.wait(10)
-        reactor = None
-        if pyspy is not None:
-            result["latency"]["profile"] = _stop_pyspy(pyspy)
-            pyspy = None
-        write_result("scale", result, args.out)
+        for k, rnd in enumerate(rounds):
+            log(f"round {k + 1} of {args.repeats}")
+            rnd["quiesce_before_latency"] = await bench.quiesce("quiesce")
+            if args.profile and k == 0:
+                pyspy = _start_pyspy(op.pid, root / "profile-latency")
+            reactor = await asyncio.to_thread(bench.start_reactor)
+            chunk = slice(k * args.changes, (k + 1) * args.changes)
+            rnd["latency"] = await bench.latency(running[chunk], reaction_pods[chunk])
+            reactor.terminate()
+            reactor.wait(10)
+            reactor = None
+            if pyspy is not None:
+                rnd["latency"]["profile"] = _stop_pyspy(pyspy)
+                pyspy = None
+            write_result("scale", result, args.out)
 
-        await asyncio.sleep(10)  # the operator's clean-up after the latency phase
-        result["quiesce_before_probes"] = await bench.quiesce("quiesce")
-        result["probes_full"] = await bench.probes("probe-full")
-        e, f = result["probes_empty"]["seconds"], result["probes_full"]["seconds"]
-        result["probes_p99_ratio"] = f["p99"] / e["p99"]
-        result["probes_p50_ratio"] = f["p50"] / e["p50"]
-        ce = result["probes_empty"]["ceiling_seconds"]
-        cf = result["probes_full"]["ceiling_seconds"]
-        result["ceiling_probes_p99_ratio"] = cf["p99"] / ce["p99"]
-        result["ceiling_probes_p50_ratio"] = cf["p50"] / ce["p50"]
-        write_result("scale", result, args.out)
+            await asyncio.sleep(10)  # the operator's clean-up after the latency phase
+            rnd["quiesce_before_probes"] = await bench.quiesce("quiesce")
+            rnd["probes_full"] = await bench.probes(f"probe-full-r{k}")
+            e, f = rnd["probes_empty"]["seconds"], rnd["probes_full"]["seconds"]
+            rnd["probes_p99_ratio"] = f["p99"] / e["p99"]
+            rnd["probes_p50_ratio"] = f["p50"] / e["p50"]
+            ce = rnd["probes_empty"]["ceiling_seconds"]
+            cf = rnd["probes_full"]["ceiling_seconds"]
+            rnd["ceiling_probes_p99_ratio"] = cf["p99"] / ce["p99"]
+            rnd["ceiling_probes_p50_ratio"] = cf["p50"] / ce["p50"]
+            write_result("scale", result, args.out)
 
-        # Restart with everything steady: the LIST of everything, and no writes.
-        await asyncio.sleep(5)
-        result["footprint_before_restart"] = op.footprint()
-        result["operator_series"] = [(round(t, 1), round(rss / 1024, 1), round(cpu, 2))
-                                     for t, rss, cpu in op.samples]
-        op.samples = []
-        await op.stop()
-        before = await write_counters(api)
-        audit0 = cluster.audit_offset()
-        t_ready = await op.start(timeout=args.timeout)
-        hwm_ready = op.footprint()
-        await asyncio.sleep(args.resync_wait)
-        after = await write_counters(api)
-        diff = counter_diff(after, before)
-        attributed = attribute(diff, "tfjobs")
-        audit = audit_writes(cluster.audit_since(audit0), ns)
-        result["resync"] = {
-            "ready_seconds": t_ready, "footprint_at_ready": hwm_ready,
-            "footprint_after": op.footprint(), "apiserver_writes": diff,
-            "operator_writes": attributed,
-            "operator_writes_total": sum(attributed.values()),
-            "audit_writes": {k: dict(v) for k, v in audit.items()},
-            "audit_operator_writes": sum(audit.get("operator", {}).values()),
-        }
-        log(f"resync: ready in {t_ready:.1f}s, peak rss {hwm_ready['hwm_mb']:.0f} MB; "
-            f"operator writes in {args.resync_wait:.0f}s (audit log): "
-            f"{result['resync']['audit_operator_writes']}; writes to pods, Services, job "
-            f"status and Events by anyone: {result['resync']['operator_writes_total']}")
+            await asyncio.sleep(5)
+            rnd["footprint_before_restart"] = op.footprint()
+            if k == 0:
+                result["operator_series"] = [
+                    (round(t, 1), round(rss / 1024, 1), round(cpu, 2))
+                    for t, rss, cpu in op.samples]
+            op.samples = []
+            rnd["resync"] = await bench.restart()
+            result["summary"] = summarise(rounds)
+            write_result("scale", result, args.out)
         result["watcher_events"] = watcher.events
         write_result("scale", result, args.out)
         ok = True
@@ -472,7 +562,16 @@ def print_summary(r: dict[str, Any]) -> None:
         return (f"p50 {s['p50'] * 1000:.0f} ms  p90 {s['p90'] * 1000:.0f} ms  "
                 f"p99 {s['p99'] * 1000:.0f} ms  max {s['max'] * 1000:.0f} ms  (n={s['n']})")
 
-    f = r["footprint_full"]
+    def mmm(s: dict[str, float], scale: float = 1.0, fmt: str = ".0f") -> str:
+        if not s.get("n"):
+            return "-"
+        return (f"{s['median'] * scale:{fmt}} ({s['min'] * scale:{fmt}}-"
+                f"{s['max'] * scale:{fmt}}, n={s['n']})")
+
+    f = r.get("footprint_full")
+    if f is None:
+        print("\nscale: the run ended before the population settled")
+        return
     print(f"\nscale: {f['jobs']} jobs, {f['pods']} pods, {f['services']} Services present")
     print(f"  populate: created in {r['populate']['create_seconds']:.0f}s, settled in "
           f"{r['populate']['settled_seconds']:.0f}s")
@@ -480,21 +579,40 @@ def print_summary(r: dict[str, Any]) -> None:
           f"{f['rss_mb_per_1000_pods']:.1f} MB per 1,000 pods "
           f"({f['rss_growth_mb_per_1000_pods']:.1f} MB above the empty operator); "
           f"CPU {f['cpu_s']:.0f}s")
-    print(f"  pod end -> job status (target p99 <= 250 ms): {ms(r['latency']['seconds'])}")
-    if "ceiling_seconds" in r["latency"]:
-        print(f"    ceiling (pod end -> bare reactor's write): "
-              f"{ms(r['latency']['ceiling_seconds'])}")
-    print(f"  new job create -> all pods, empty:    {ms(r['probes_empty']['seconds'])}")
-    print(f"    ceiling (bench creates them):       {ms(r['probes_empty']['ceiling_seconds'])}")
-    print(f"  new job create -> all pods, full:     {ms(r['probes_full']['seconds'])}")
-    print(f"    ceiling (bench creates them):       {ms(r['probes_full']['ceiling_seconds'])}")
-    print(f"  full / empty p99 (target <= 1.10):    {r['probes_p99_ratio']:.2f} "
-          f"(ceiling: {r['ceiling_probes_p99_ratio']:.2f})")
-    rs = r["resync"]
-    print(f"  restart: ready in {rs['ready_seconds']:.1f}s, peak RSS "
-          f"{rs['footprint_after']['hwm_mb']:.0f} MB, operator writes while re-syncing "
-          f"{rs['audit_operator_writes']} (audit log; target 0); writes to the resources it "
-          f"writes, by anyone: {rs['operator_writes_total']}")
+    for k, rnd in enumerate(r["rounds"]):
+        if "resync" not in rnd:
+            continue
+        rs = rnd["resync"]
+        print(f"  round {k + 1}:")
+        print(f"    pod end -> job status:          {ms(rnd['latency']['seconds'])}")
+        print(f"      ceiling (bare reactor):       {ms(rnd['latency']['ceiling_seconds'])}")
+        print(f"    new job -> all pods, empty:     {ms(rnd['probes_empty']['seconds'])}")
+        print(f"      ceiling (bench creates them): "
+              f"{ms(rnd['probes_empty']['ceiling_seconds'])}")
+        print(f"    new job -> all pods, full:      {ms(rnd['probes_full']['seconds'])}")
+        print(f"      ceiling (bench creates them): {ms(rnd['probes_full']['ceiling_seconds'])}")
+        print(f"    full / empty p99:               {rnd['probes_p99_ratio']:.2f} "
+              f"(ceiling: {rnd['ceiling_probes_p99_ratio']:.2f})")
+        print(f"    restart: ready in {rs['ready_seconds']:.1f}s, peak RSS "
+              f"{rs['footprint_at_ready']['hwm_mb']:.0f} MB, operator writes while "
+              f"re-syncing {rs['audit_operator_writes']} (audit log); writes to the resources "
+              f"it writes, by anyone: {rs['operator_writes_total']}")
+    sm = r.get("summary")
+    if sm:
+        print("  median (min-max) over the rounds:")
+        print(f"    pod end -> job status p99 (target <= 250 ms): "
+              f"{mmm(sm['latency_p99'], 1000)} ms; p50 {mmm(sm['latency_p50'], 1000)} ms")
+        print(f"    new job full / empty p99 (target <= 1.10):    "
+              f"{mmm(sm['probes_p99_ratio'], 1, '.2f')}; ceiling "
+              f"{mmm(sm['ceiling_probes_p99_ratio'], 1, '.2f')}")
+        pl = sm["pooled"]
+        print(f"  all rounds' samples together: pod end -> job status {ms(pl['latency'])}")
+        print(f"    new job full / empty p99 {pl['probes_p99_ratio']:.2f}, p50 "
+              f"{pl['probes_p50_ratio']:.2f}; ceiling p99 {pl['ceiling_probes_p99_ratio']:.2f},"
+              f" p50 {pl['ceiling_probes_p50_ratio']:.2f}")
+        print(f"    restart ready: {mmm(sm['restart_ready_seconds'], 1, '.1f')} s; peak RSS "
+              f"{mmm(sm['restart_hwm_mb'])} MB; operator writes "
+              f"{mmm(sm['restart_operator_writes'])} (target 0)")
 
 
 def main(argv: list[str] | None = None) -> int:
