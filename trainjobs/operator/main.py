@@ -18,6 +18,7 @@ import yaml
 
 from trainjobs.errors import TrainjobsError
 from trainjobs.operator.controller import Controller, ControllerSettings
+from trainjobs.operator.gcmetrics import install_gc_metrics
 from trainjobs.operator.http import start_http
 from trainjobs.operator.kube import Kube, connect
 from trainjobs.operator.leader import LeaderElector, LeaseSettings
@@ -56,6 +57,7 @@ def run_operator(args: argparse.Namespace) -> int:
 
 async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, port: int,
                lease: LeaseSettings | None, request_timeout: float = 30.0) -> int:
+    install_gc_metrics()
     plugins = load_plugins()
     api = await connect(kubeconfig)
     kube = Kube(api, request_timeout=request_timeout)

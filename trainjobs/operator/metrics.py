@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["API_ERRORS", "JOBS", "QUEUE_DEPTH", "RECONCILES", "RECONCILE_DURATION", "REGISTRY"]
+__all__ = ["API_ERRORS", "GC_PAUSE", "JOBS", "QUEUE_DEPTH", "RECONCILES", "RECONCILE_DURATION",
+           "REGISTRY"]
 
 REGISTRY = CollectorRegistry()
 
@@ -23,3 +24,8 @@ QUEUE_DEPTH = Gauge("trainjobs_work_queue_depth", "Jobs waiting to be reconciled
                     registry=REGISTRY)
 API_ERRORS = Counter("trainjobs_api_errors_total", "Failed API calls by verb and HTTP status "
                      "(0: no response).", ["verb", "code"], registry=REGISTRY)
+GC_PAUSE = Histogram(
+    "trainjobs_gc_pause_seconds", "Pauses of the Python garbage collector, by generation "
+    "(the event loop waits for each).", ["generation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+    registry=REGISTRY)
