@@ -81,6 +81,9 @@ def run_variant(variant: str, jobs: int, active: int, events: int,
     owned = [reduce_owned(json.loads(text), kind, containers) for kind, text in wire]
     gc.collect()
     tracked = len(gc.get_objects())
+    t0 = time.perf_counter()
+    gc.collect()  # what one full collection of this heap stalls the event loop for
+    full_collection = time.perf_counter() - t0
 
     freeze = variant == "freeze"
     rounds = 0
@@ -104,6 +107,7 @@ def run_variant(variant: str, jobs: int, active: int, events: int,
     by_gen = {g: [p for gen, p in pauses if gen == g] for g in (0, 1, 2)}
     return {
         "variant": variant, "tracked_objects": tracked, "events": events,
+        "full_collection_seconds": full_collection,
         "wall_seconds": wall, "gc_seconds": sum(p for _, p in pauses),
         "pauses": {str(g): stats(v) for g, v in by_gen.items()},
         "collections": {str(g): len(v) for g, v in by_gen.items()},
@@ -138,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             res = json.loads(out.splitlines()[-1])
             res["repeat"] = r
             runs.append(res)
-            print(f"repeat {r + 1} {variant:<16} {res['tracked_objects']} objects tracked: "
+            print(f"repeat {r + 1} {variant:<16} {res['tracked_objects']} objects tracked "
+                  f"(one full collection: {res['full_collection_seconds'] * 1000:.0f} ms): "
                   f"gen2 collections {res['collections']['2']}, longest pause "
                   f"{res['max_pause'] * 1000:.0f} ms, gc total {res['gc_seconds']:.2f}s of "
                   f"{res['wall_seconds']:.1f}s", flush=True)
