@@ -2,12 +2,13 @@
 
 While the collector runs, the event loop runs nothing: every watch event, reconcile and status
 write waits. A full (generation 2) collection walks every object the interpreter tracks, and
-the operator's heap is mostly its caches (~250 ms with 5,000 jobs and 40,000 pods and Services
-cached, on a 2-CPU VM). CPython starts one only when the objects promoted since the last one
-reach a quarter of the long-lived heap, so a large cache makes them rare (`python -m
-bench.gcpause`: none in 400,000 replayed watch events); freezing the heap out of them
-(`gc.freeze`) was measured and cost more than it saved, so the collector is left as it is and
-its pauses are exported instead, to tell whether one ever shows in a latency.
+the operator's heap is mostly its caches. CPython starts one when the objects promoted since
+the last one reach a quarter of the long-lived heap: rare while the cache only turns over
+(`python -m bench.gcpause`: none in 400,000 replayed watch events, where freezing the heap
+with `gc.freeze` only added pauses), but recurring while it grows - the scale benchmark's
+operator made 30 full collections of 0.5-1 s while 5,000 jobs arrived (docs/benchmarks.md).
+The pauses are exported so that they show where they matter; a growth-aware freeze is the
+candidate fix, not made yet.
 """
 
 from __future__ import annotations
