@@ -83,25 +83,24 @@ def plot_scale(data: dict[str, Any], out: Path) -> Path:
     f = data["footprint_full"]
     # Runs before --repeats kept one round's figures at the top level.
     rounds = [r for r in data.get("rounds", [data]) if "probes_full" in r]
+    curves = [  # (axes, phase, samples, label, colour); a ceiling only where recorded
+        (ax, "latency", "values", f"ours: pod ended -> job Succeeded ({f['jobs']} jobs)",
+         "tab:blue"),
+        (ax, "latency", "ceiling_values", "ceiling: pod ended -> bare reactor's ConfigMap",
+         "tab:gray"),
+        (ax2, "probes_empty", "values", "ours, no other job", "tab:cyan"),
+        (ax2, "probes_full", "values", f"ours, {f['jobs']} jobs, {f['pods']} pods present",
+         "tab:blue"),
+        (ax2, "probes_empty", "ceiling_values", "ceiling (bench creates the pods), empty",
+         "silver"),
+        (ax2, "probes_full", "ceiling_values", "ceiling, full", "tab:gray"),
+    ]
     styles = ["-", "--", ":", "-."]
     for i, rnd in enumerate(rounds):
-        ls = styles[i % len(styles)]
-
-        def step(a: Any, values: list[float], label: str, color: str) -> None:
-            cdf(a, values, label if i == 0 else None, color, ls)  # noqa: B023 (called now)
-
-        step(ax, rnd["latency"]["values"],
-             f"ours: pod ended -> job Succeeded ({f['jobs']} jobs)", "tab:blue")
-        if "ceiling_values" in rnd["latency"]:
-            step(ax, rnd["latency"]["ceiling_values"],
-                 "ceiling: pod ended -> bare reactor's ConfigMap", "tab:gray")
-        step(ax2, rnd["probes_empty"]["values"], "ours, no other job", "tab:cyan")
-        step(ax2, rnd["probes_full"]["values"],
-             f"ours, {f['jobs']} jobs, {f['pods']} pods present", "tab:blue")
-        if "ceiling_values" in rnd["probes_empty"]:
-            step(ax2, rnd["probes_empty"]["ceiling_values"],
-                 "ceiling (bench creates the pods), empty", "silver")
-            step(ax2, rnd["probes_full"]["ceiling_values"], "ceiling, full", "tab:gray")
+        for axes, phase, key, label, color in curves:
+            if key in rnd[phase]:
+                cdf(axes, rnd[phase][key], label if i == 0 else None, color,
+                    styles[i % len(styles)])
     ax.axvline(250, color="tab:red", linestyle=":", label="target p99 250 ms")
     ax.axhline(0.99, color="tab:gray", linestyle=":", linewidth=0.8)
     ax.set_xscale("log")
