@@ -23,7 +23,7 @@ baseline of the same number. Every finished pod stays (--pod-gc-threshold), so t
 caches hold every job's pods throughout.
 
     python -m bench.scale                                  # 5,000 jobs / 20,000 pods
-    python -m bench.scale --jobs 1000 --changes 200 --running 220
+    python -m bench.scale --jobs 1000 --changes 50 --probes 30  # a quick look
 
 Figures go to stdout; everything measured to docs/benchmarks/scale.json (or --out).
 """
@@ -398,6 +398,17 @@ class Bench:
         return reactor
 
 
+def probe_ratios(empty: dict[str, float], full: dict[str, float], ceiling_empty: dict[str, float],
+                 ceiling_full: dict[str, float]) -> dict[str, float]:
+    """New-job latency with every job present over the empty cluster's, ours and the bare
+    client's, at p50 and p99."""
+    out = {}
+    for who, e, f in (("", empty, full), ("ceiling_", ceiling_empty, ceiling_full)):
+        for q in ("p50", "p99"):
+            out[f"{who}probes_{q}_ratio"] = f[q] / e[q]
+    return out
+
+
 def spread(values: list[float]) -> dict[str, float]:
     """min/median/max over the rounds."""
     s = stats(values)
@@ -435,10 +446,9 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "ceiling_probes_empty": pool("probes_empty", "ceiling_values"),
         "ceiling_probes_full": pool("probes_full", "ceiling_values")}
     if done:
-        for who, empty, full in (("", "probes_empty", "probes_full"),
-                                 ("ceiling_", "ceiling_probes_empty", "ceiling_probes_full")):
-            for q in ("p50", "p99"):
-                pooled[f"{who}probes_{q}_ratio"] = pooled[full][q] / pooled[empty][q]
+        pooled.update(probe_ratios(pooled["probes_empty"], pooled["probes_full"],
+                                   pooled["ceiling_probes_empty"],
+                                   pooled["ceiling_probes_full"]))
     out["pooled"] = pooled
     return out
 
@@ -458,7 +468,8 @@ async def main_async(args: argparse.Namespace) -> int:
     total_pods = (args.jobs + args.probes * args.repeats) * replicas + \
         args.changes * args.repeats
     nodes = math.ceil(total_pods * 1.05 / args.node_pods) + 1
-    gc = args.pod_gc_threshold if args.pod_gc_threshold is not None else 2 * total_pods
+    gc_threshold = args.pod_gc_threshold if args.pod_gc_threshold is not None \
+        else 2 * total_pods
     ns = "bench-scale"
     ceiling_ns = "bench-ceiling"
     result: dict[str, Any] = {"benchmark": "scale", "machine": machine(),
@@ -468,7 +479,8 @@ async def main_async(args: argparse.Namespace) -> int:
     ok = False
     cluster = Cluster.start(
         root / "cluster", nodes=nodes, node_pods=args.node_pods, audit=not args.no_audit,
-        controller_manager_args=[f"--terminated-pod-gc-threshold={gc}"] if gc else [])
+        controller_manager_args=[f"--terminated-pod-gc-threshold={gc_threshold}"]
+        if gc_threshold else [])
     api = Api(cluster.plane, BENCH_UA, pool=max(args.concurrency, 8))
     watcher = Watcher(api, [ns, ceiling_ns], keep_series=False,
                       configmap_namespaces=[ceiling_ns])
@@ -544,13 +556,9 @@ async def main_async(args: argparse.Namespace) -> int:
             await asyncio.sleep(10)  # the operator's clean-up after the latency phase
             rnd["quiesce_before_probes"] = await bench.quiesce("quiesce")
             rnd["probes_full"] = await bench.probes(f"probe-full-r{k}")
-            e, f = rnd["probes_empty"]["seconds"], rnd["probes_full"]["seconds"]
-            rnd["probes_p99_ratio"] = f["p99"] / e["p99"]
-            rnd["probes_p50_ratio"] = f["p50"] / e["p50"]
-            ce = rnd["probes_empty"]["ceiling_seconds"]
-            cf = rnd["probes_full"]["ceiling_seconds"]
-            rnd["ceiling_probes_p99_ratio"] = cf["p99"] / ce["p99"]
-            rnd["ceiling_probes_p50_ratio"] = cf["p50"] / ce["p50"]
+            rnd.update(probe_ratios(
+                rnd["probes_empty"]["seconds"], rnd["probes_full"]["seconds"],
+                rnd["probes_empty"]["ceiling_seconds"], rnd["probes_full"]["ceiling_seconds"]))
             write_result("scale", result, args.out)
 
             await asyncio.sleep(5)

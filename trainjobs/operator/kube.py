@@ -130,7 +130,7 @@ class Kube:
                       timeout: float | None = None) -> dict[str, Any]:
         """One API call; returns the decoded JSON body. Raises `ApiError` (status 0 when no
         response came, a timeout included)."""
-        timeout = timeout or self.request_timeout
+        timeout = self.request_timeout if timeout is None else timeout
         try:
             resp = await self.api.call_api(
                 url, verb, query_params=query or [],
