@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import hashlib
 import ipaddress
 import json
@@ -267,6 +268,11 @@ def main() -> int:
     dist.barrier()
     if shard == 0 and isinstance(store, RedisStore):
         log(f"shard 0: removed {store.delete_all()} rendezvous keys of RUN_ID {c['run_id']}")
+    # DDP's reducer holds Gloo work: let it go before its process group, or its C++ threads can
+    # be torn down at interpreter exit and abort the process (std::terminate, exit code 134,
+    # seen after a successful run).
+    del ddp, opt
+    gc.collect()
     dist.destroy_process_group()
     del store  # a FileStore removes its file when the last shard lets go of it
 
