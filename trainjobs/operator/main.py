@@ -18,6 +18,7 @@ import yaml
 
 from trainjobs.errors import TrainjobsError
 from trainjobs.operator.controller import Controller, ControllerSettings
+from trainjobs.operator.gcfreeze import install_gc_freeze
 from trainjobs.operator.gcmetrics import install_gc_metrics
 from trainjobs.operator.http import start_http
 from trainjobs.operator.kube import Kube, connect
@@ -52,13 +53,16 @@ def run_operator(args: argparse.Namespace) -> int:
     lease = LeaseSettings(args.leader_election_namespace, args.leader_election_id,
                           args.lease_duration, args.renew_deadline, args.retry_period)
     return asyncio.run(_run(args.kubeconfig, settings, host or "0.0.0.0", int(port),
-                            lease if args.leader_elect else None, args.request_timeout))
+                            lease if args.leader_elect else None, args.request_timeout,
+                            args.gc_thaw_interval))
 
 
 async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, port: int,
-               lease: LeaseSettings | None, request_timeout: float = 30.0) -> int:
+               lease: LeaseSettings | None, request_timeout: float = 30.0,
+               gc_thaw_interval: float = 3600.0) -> int:
     install_gc_metrics()
     plugins = load_plugins()
+    install_gc_freeze(gc_thaw_interval)  # after the imports and plugins it would walk
     api = await connect(kubeconfig)
     kube = Kube(api, request_timeout=request_timeout)
     controller = Controller(kube, plugins, settings)

@@ -32,3 +32,7 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
                         "LISTs get at least 120)")
     p.add_argument("--status-coalesce", type=float, default=1.0, metavar="SECONDS",
                    help="write count-only status changes at most this often per job")
+    p.add_argument("--gc-thaw-interval", type=float, default=3600.0, metavar="SECONDS",
+                   help="the garbage collector's full walks skip what survived the last one, "
+                        "except one walk of everything per interval (default 3600; 0: "
+                        "CPython's collector as it is)")
