@@ -1,14 +1,9 @@
 """Time every pause of CPython's garbage collector into `trainjobs_gc_pause_seconds`.
 
 While the collector runs, the event loop runs nothing: every watch event, reconcile and status
-write waits. A full (generation 2) collection walks every object the interpreter tracks, and
-the operator's heap is mostly its caches. CPython starts one when the objects promoted since
-the last one reach a quarter of the long-lived heap: rare while the cache only turns over
-(`python -m bench.gcpause`: none in 400,000 replayed watch events, where freezing the heap
-with `gc.freeze` only added pauses), but recurring while it grows - the scale benchmark's
-operator made 30 full collections of 0.5-1 s while 5,000 jobs arrived (docs/benchmarks.md).
-The pauses are exported so that they show where they matter; a growth-aware freeze is the
-candidate fix, not made yet.
+write waits. Full (generation 2) collections are the long ones; gcfreeze.py keeps the cache out
+of them, and this metric is how that is judged on a real operator (docs/benchmarks.md,
+"Garbage-collector pauses").
 """
 
 from __future__ import annotations
