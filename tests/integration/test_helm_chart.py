@@ -584,6 +584,7 @@ def test_default_render_is_secure_labelled_and_least_privilege(helm_offline: Hel
         "--log-format=text",
         "--log-level=info",
         "--status-coalesce=1",
+        "--gc-thaw-interval=3600",
         "--request-timeout=30",
     ]
     assert pod["serviceAccountName"] == "rel-trainjobs"
