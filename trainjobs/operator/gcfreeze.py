@@ -5,13 +5,14 @@ every object the collector tracks, and the operator's heap is mostly its caches:
 one walk takes 0.3-1 s. CPython (3.11-3.13) starts one whenever the objects promoted since the
 last one reach a quarter of the long-lived objects it counted then, so while the caches grow -
 the first sync, each restart's LIST, a burst of new jobs - the operator stopped for a full walk
-at every quarter of growth (30 stops of 0.5-1 s while 5,000 jobs arrived, docs/benchmarks.md).
+at every quarter of growth: 30 full walks, 19.4 s in all, 22 of them 0.5 s or longer, while
+5,000 jobs arrived (docs/benchmarks.md, "Garbage-collector pauses"; with this policy: 34 walks,
+1.8 s in all).
 
 The policy: when a full collection ends, freeze what survived it (`gc.freeze`), so that the
 next one walks only what arrived since. Each walk then costs what the heap grew by, not what
-it holds. Nothing extra is collected or walked: the freeze rides on the collections CPython
-starts anyway, and after a freeze CPython's quarter rule counts against the small unfrozen
-part, so full collections become more frequent and short.
+it holds. Beyond one collection at start-up nothing extra is walked: the freeze rides on the
+collections CPython starts anyway, and they come about as often as before, each short.
 
 Frozen objects are still freed by reference counting the moment their last reference goes;
 only reference cycles among them are invisible to the collector. To reclaim those, the first
