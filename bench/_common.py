@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from trainjobs.testing import (
     EXIT_CODE_ANNOTATION,
@@ -547,6 +548,31 @@ class OperatorProcess:
             self.samples.append((time.perf_counter() - t0, int(fp["rss_mb"] * 1024),
                                  fp["cpu_s"]))
             await asyncio.sleep(1.0)
+
+    async def gc_pauses(self) -> dict[str, Any]:
+        """Its garbage-collector pauses since it started, by generation, from its /metrics
+        (trainjobs_gc_pause_seconds); {} for an operator without that metric."""
+        try:
+            async with aiohttp.ClientSession() as session, session.get(
+                    f"http://127.0.0.1:{self.port}/metrics",
+                    timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return {}
+        out: dict[str, Any] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name != "trainjobs_gc_pause_seconds":
+                continue
+            for sample in family.samples:
+                gen = sample.labels.get("generation", "")
+                entry = out.setdefault(gen, {"buckets": {}})
+                if sample.name.endswith("_bucket"):
+                    entry["buckets"][sample.labels["le"]] = sample.value
+                elif sample.name.endswith("_count"):
+                    entry["count"] = sample.value
+                elif sample.name.endswith("_sum"):
+                    entry["sum_seconds"] = sample.value
+        return out
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -35,7 +35,6 @@ from bench._common import RESULTS_DIR, machine, stats, write_result
 
 VARIANTS = ("cpython-default", "trainjobs-freeze")
 PHASES = ("growth", "churn")
-PAGE = 500
 
 
 def _page(texts: list[str]) -> str:
@@ -45,20 +44,17 @@ def _page(texts: list[str]) -> str:
 def run_variant(variant: str, jobs: int, active: int, events: int,
                 thaw_seconds: float) -> dict[str, Any]:
     import trainjobs.operator.main  # noqa: F401 - the operator's own heap: client, models
-    from bench.memory import api_job, api_object
+    from bench.memory import api_job, api_object, tfjob_framework
     from trainjobs.core.render import render_job
     from trainjobs.core.validation import parse_job
     from trainjobs.operator.cache import PackedRender, reduce_job, reduce_owned
     from trainjobs.operator.gcfreeze import install_gc_freeze
-    from trainjobs.plugin.manager import load_plugins
+    from trainjobs.operator.kube import LIST_PAGE_SIZE as PAGE
 
-    plugins = load_plugins()
-    framework = plugins.framework_for("TfJob")
-    assert framework is not None
-    containers = {f.name: f.container_name for f in plugins.frameworks.values()}
+    plugins, framework, containers = tfjob_framework()
 
-    # What the API server will deliver, as JSON text: LIST pages of PAGE objects (the
-    # informers' page size) for the growth, single objects for the watch events.
+    # What the API server will deliver, as JSON text: LIST pages of the informers' page size
+    # for the growth, single objects for the watch events.
     jobs_raw = [api_job(i, 3) for i in range(jobs)]
     job_wire = [json.dumps(raw) for raw in jobs_raw]
     wire: list[tuple[str, str]] = []

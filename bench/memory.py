@@ -24,7 +24,8 @@ from bench._common import tfjob
 from trainjobs.core.render import render_job
 from trainjobs.core.validation import parse_job
 from trainjobs.operator.cache import PackedRender, reduce_job, reduce_owned
-from trainjobs.plugin.manager import load_plugins
+from trainjobs.plugin.manager import PluginManager, load_plugins
+from trainjobs.plugin.types import Framework
 
 IMPORTS = {
     "python": "pass",
@@ -32,6 +33,15 @@ IMPORTS = {
     "kubernetes_asyncio.client": "import kubernetes_asyncio.client",
     "the operator (everything it imports)": "import trainjobs.cli, trainjobs.operator.main",
 }
+
+
+def tfjob_framework() -> tuple[PluginManager, Framework, dict[str, str]]:
+    """The installed plugins, the TfJob framework, and each kind's main container name (what
+    reduce_owned needs): what the operator builds at start."""
+    plugins = load_plugins()
+    framework = plugins.framework_for("TfJob")
+    assert framework is not None
+    return plugins, framework, {f.name: f.container_name for f in plugins.frameworks.values()}
 
 
 def per_object(label: str, n: int, build: Callable[[int], Any]) -> tuple[list[Any], float]:
@@ -89,10 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--workers", type=int, default=3, help="Workers per job besides the Chief")
     args = p.parse_args(argv)
-    plugins = load_plugins()
-    framework = plugins.framework_for("TfJob")
-    assert framework is not None
-    containers = {f.name: f.container_name for f in plugins.frameworks.values()}
+    plugins, framework, containers = tfjob_framework()
 
     print("RSS after import (fresh interpreter):")
     for label, statement in IMPORTS.items():

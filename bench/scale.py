@@ -42,9 +42,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench._common import (
     BENCH_UA,
     CEILING_UA,
@@ -333,31 +330,6 @@ class Bench:
         return {"seconds": s, "values": sorted(lat), "ceiling_seconds": cs,
                 "ceiling_values": sorted(clat), "cpu": cpu}
 
-    async def gc_pauses(self) -> dict[str, Any]:
-        """The operator's garbage-collector pauses since it started, from its /metrics
-        (trainjobs_gc_pause_seconds); {} for an operator without that metric."""
-        try:
-            async with aiohttp.ClientSession() as session, session.get(
-                    f"http://127.0.0.1:{self.op.port}/metrics",
-                    timeout=aiohttp.ClientTimeout(total=10)) as resp:
-                text = await resp.text()
-        except (aiohttp.ClientError, TimeoutError):
-            return {}
-        out: dict[str, Any] = {}
-        for family in text_string_to_metric_families(text):
-            if family.name != "trainjobs_gc_pause_seconds":
-                continue
-            for sample in family.samples:
-                gen = sample.labels.get("generation", "")
-                entry = out.setdefault(gen, {"buckets": {}})
-                if sample.name.endswith("_bucket"):
-                    entry["buckets"][sample.labels["le"]] = sample.value
-                elif sample.name.endswith("_count"):
-                    entry["count"] = sample.value
-                elif sample.name.endswith("_sum"):
-                    entry["sum_seconds"] = sample.value
-        return out
-
     async def restart(self) -> dict[str, Any]:
         """Restart the operator with everything steady: time to ready (the LIST of
         everything), its peak RSS then, and the writes it makes (none expected)."""
@@ -563,7 +535,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
             await asyncio.sleep(5)
             rnd["footprint_before_restart"] = op.footprint()
-            rnd["gc_pauses_before_restart"] = await bench.gc_pauses()
+            rnd["gc_pauses_before_restart"] = await op.gc_pauses()
             if k == 0:
                 result["operator_series"] = [
                     (round(t, 1), round(rss / 1024, 1), round(cpu, 2))

@@ -12,7 +12,8 @@ at every quarter of growth: 30 full walks, 19.4 s in all, 22 of them 0.5 s or lo
 The policy: when a full collection ends, freeze what survived it (`gc.freeze`), so that the
 next one walks only what arrived since. Each walk then costs what the heap grew by, not what
 it holds. Beyond one collection at start-up nothing extra is walked: the freeze rides on the
-collections CPython starts anyway, and they come about as often as before, each short.
+collections CPython starts anyway, which come about as often as before (it also waits for 10
+younger collections between two full ones), each short.
 
 Frozen objects are still freed by reference counting the moment their last reference goes;
 only reference cycles among them are invisible to the collector. To reclaim those, the first

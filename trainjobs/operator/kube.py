@@ -26,7 +26,10 @@ from trainjobs.api.models import GROUP, VERSION
 from trainjobs.errors import TemporaryError
 from trainjobs.operator import metrics
 
-__all__ = ["ApiError", "Kube", "Resource", "WatchDropped", "connect"]
+__all__ = ["LIST_PAGE_SIZE", "ApiError", "Kube", "Resource", "WatchDropped", "connect"]
+
+#: Objects per LIST page: what a re-list holds decoded at once.
+LIST_PAGE_SIZE = 500
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ class Kube:
                                   content_type="application/merge-patch+json")
 
     async def list_pages(self, resource: Resource, namespace: str | None, *,
-                         label_selector: str = "", limit: int = 500
+                         label_selector: str = "", limit: int = LIST_PAGE_SIZE
                          ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
         """The objects one page at a time, each with the list's resourceVersion. A caller that
         keeps only part of each object never holds more than one page of whole objects (20,000
@@ -193,7 +196,8 @@ class Kube:
                 return
 
     async def list(self, resource: Resource, namespace: str | None, *,
-                   label_selector: str = "", limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+                   label_selector: str = "", limit: int = LIST_PAGE_SIZE
+                   ) -> tuple[list[dict[str, Any]], str]:
         """Every object (paged), and the list's resourceVersion to watch from."""
         items: list[dict[str, Any]] = []
         rv = ""

@@ -58,8 +58,8 @@ def run_operator(args: argparse.Namespace) -> int:
 
 
 async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, port: int,
-               lease: LeaseSettings | None, request_timeout: float = 30.0,
-               gc_thaw_interval: float = 3600.0) -> int:
+               lease: LeaseSettings | None, request_timeout: float,
+               gc_thaw_interval: float) -> int:
     install_gc_metrics()
     plugins = load_plugins()
     install_gc_freeze(gc_thaw_interval)  # after the imports and plugins it would walk
