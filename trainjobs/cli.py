@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainjobs.errors import SpecInvalid, TrainjobsError
-from trainjobs.yamlio import dump_all
+from trainjobs.yamlio import dump_all, ignored_note
 
 __all__ = ["main"]
 
@@ -27,10 +27,13 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
     plugins = load_plugins()
     docs = []
-    for job in load_job_file(Path(args.job), plugins):
+    loaded = load_job_file(Path(args.job), plugins)
+    for job in loaded.jobs:
         framework = plugins.framework_for(job.kind)
         assert framework is not None
         docs += render_job(job, framework, plugins).manifests()
+    if loaded.ignored:
+        print(ignored_note(loaded.ignored), file=sys.stderr)
     sys.stdout.write(dump_all(docs))
     return 0
 

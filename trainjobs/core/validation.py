@@ -8,45 +8,81 @@ rules', the pod templates', the plugins') and raised together in one `SpecInvali
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from trainjobs.api.models import API_VERSION, Job, JobSpec, ObjectMeta
+from trainjobs.api.models import API_VERSION, GROUP, Job, JobSpec, ObjectMeta
 from trainjobs.api.podtemplate import validate_pod_template
 from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework
+from trainjobs.yamlio import describe, load_documents, read_documents
 
-__all__ = ["DNS1035", "MAX_NAME_LENGTH", "load_job_file", "parse_job", "parse_job_documents"]
+__all__ = ["DNS1035", "MAX_NAME_LENGTH", "JobFile", "is_job_document", "load_job_file",
+           "parse_job", "parse_job_documents", "split_jobs"]
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME_LENGTH = 63
 TOP_LEVEL_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 
 
-def load_job_file(path: Path, plugins: PluginManager) -> list[Job]:
-    """Every job in a YAML file (one or more documents), validated."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecInvalid([SpecError("", f"cannot read file: {exc.strerror}")], str(path)) from None
-    return parse_job_documents(text, plugins, source=str(path))
+@dataclass(frozen=True)
+class JobFile:
+    """The jobs of a file, and the other objects it holds (named `Kind/name`), left alone."""
+
+    jobs: list[Job]
+    ignored: list[str] = field(default_factory=list)
 
 
-def parse_job_documents(text: str, plugins: PluginManager, source: str = "") -> list[Job]:
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecInvalid([SpecError("", f"invalid YAML: {where}{problem}")], source) from None
-    if not docs:
-        raise SpecInvalid([SpecError("", "no job found: the file is empty")], source)
-    return [parse_job(doc, plugins, source) for doc in docs]
+def load_job_file(path: Path, plugins: PluginManager) -> JobFile:
+    """Every job in a YAML file (one or more documents), validated; other objects listed."""
+    return split_jobs(read_documents(path), plugins, source=str(path))
+
+
+def parse_job_documents(text: str, plugins: PluginManager, source: str = "") -> JobFile:
+    return split_jobs(load_documents(text, source), plugins, source)
+
+
+def is_job_document(doc: Any, plugins: PluginManager) -> bool:
+    """A document meant for trainjobs: a trainjobs.io object, or an installed kind's."""
+    if not isinstance(doc, dict):
+        return True  # not an object at all: parse_job says what is wrong with it
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if isinstance(api_version, str) and api_version.split("/")[0] == GROUP:
+        return True
+    if isinstance(kind, str) and plugins.framework_for(kind) is not None:
+        return True
+    return not (isinstance(api_version, str) and isinstance(kind, str))
+
+
+def split_jobs(docs: list[Any], plugins: PluginManager, source: str = "") -> JobFile:
+    """Validates the job documents (every problem of every job at once); names the others.
+
+    Users keep a job together with its ConfigMaps, Services and PVCs in one file that they
+    `kubectl apply`; `trainjobs render`/`run` take the jobs and list the rest as ignored."""
+    jobs: list[Job] = []
+    ignored: list[str] = []
+    errors: list[SpecError] = []
+    several = len(docs) > 1
+    for number, doc in enumerate(docs, 1):
+        if not is_job_document(doc, plugins):
+            ignored.append(describe(doc))
+            continue
+        try:
+            jobs.append(parse_job(doc, plugins))
+        except SpecInvalid as exc:
+            where = f"document {number} ({describe(doc)}): " if several else ""
+            errors += [SpecError(e.path, f"{where}{e.message}") if not e.path else
+                       SpecError(f"{where}{e.path}", e.message) for e in exc.errors]
+    if errors:
+        raise SpecInvalid(errors, source)
+    if not jobs:
+        what = "holds only " + ", ".join(ignored) if ignored else "is empty"
+        raise SpecInvalid([SpecError("", f"no job found: the file {what}")], source)
+    return JobFile(jobs, ignored)
 
 
 def parse_job(doc: Any, plugins: PluginManager, source: str = "") -> Job:

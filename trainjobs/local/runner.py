@@ -36,6 +36,7 @@ from trainjobs.local.output import Console, ReplicaSummary
 from trainjobs.local.process import ProcessSpec, ReplicaProcess, process_spec
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Address, ClusterLayout, Framework
+from trainjobs.yamlio import describe, ignored_note
 
 __all__ = ["LocalRun", "free_port", "run_file"]
 
@@ -190,10 +191,12 @@ class LocalRun:
 def run_file(path: Path, args: argparse.Namespace) -> int:
     """Run the job in `path`; returns the process exit code."""
     plugins = load_plugins()
-    jobs = load_job_file(path, plugins)
-    if len(jobs) != 1:
-        raise SpecInvalid([SpecError("", f"expected one job, found {len(jobs)}")], str(path))
-    job = jobs[0]
+    loaded = load_job_file(path, plugins)
+    if len(loaded.jobs) != 1:
+        names = ", ".join(describe(j.to_api()) for j in loaded.jobs)
+        raise SpecInvalid([SpecError("", f"expected one job, found {len(loaded.jobs)}: "
+                                         f"{names}")], str(path))
+    job = loaded.jobs[0]
     framework = plugins.framework_for(job.kind)
     assert framework is not None
     if job.spec.run_policy.suspend:
@@ -207,6 +210,8 @@ def run_file(path: Path, args: argparse.Namespace) -> int:
     run = LocalRun(job, framework, plugins, path.resolve().parent, log_dir, console)
     console.note(f"running {job.kind} {job.name} locally ({len(run.desired.pods)} replicas; "
                  f"images are ignored); logs in {log_dir}")
+    if loaded.ignored:
+        console.note(ignored_note(loaded.ignored))
     return asyncio.run(_main(run))
 
 
