@@ -117,16 +117,20 @@ echo "  built kwok in $(( $(date +%s) - t0 ))s"
 kwok_src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
 rm -rf "$DEST/kwok-stages"; cp -r "$kwok_src" "$DEST/kwok-stages"; chmod -R u+w "$DEST/kwok-stages"
 
-# Each binary must report the pinned version (a missing -X flag shows up as v0.0.0).
+# Each binary must report the pinned version (a missing -X flag shows up as v0.0.0). The
+# output is read whole before grep: `cmd | grep -q` under pipefail fails at random when grep
+# exits at its first match and cmd dies of SIGPIPE writing its next line (etcd prints four).
+reports() { "$@" 2>&1 || true; }
 for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
-  "$PARTIAL/$cmd" --version | grep -qF "Kubernetes $K8S_VERSION" \
-    || { echo "error: $cmd reports $("$PARTIAL/$cmd" --version), not $K8S_VERSION" >&2; exit 1; }
+  v=$(reports "$PARTIAL/$cmd" --version)
+  grep -qF "Kubernetes $K8S_VERSION" <<<"$v" \
+    || { echo "error: $cmd reports $v, not $K8S_VERSION" >&2; exit 1; }
 done
-"$PARTIAL/kubectl" version --client | grep -qF "Client Version: $K8S_VERSION" \
+grep -qF "Client Version: $K8S_VERSION" <<<"$(reports "$PARTIAL/kubectl" version --client)" \
   || { echo "error: kubectl does not report $K8S_VERSION" >&2; exit 1; }
-"$PARTIAL/kwok" --version | grep -qF "$KWOK_VERSION" \
+grep -qF "$KWOK_VERSION" <<<"$(reports "$PARTIAL/kwok" --version)" \
   || { echo "error: kwok does not report $KWOK_VERSION" >&2; exit 1; }
-"$PARTIAL/etcd" --version | grep -q '^etcd Version: 3\.' \
+grep -q '^etcd Version: 3\.' <<<"$(reports "$PARTIAL/etcd" --version)" \
   || { echo "error: etcd does not report a 3.x version" >&2; exit 1; }
 mv "$PARTIAL" "$BIN"
 
