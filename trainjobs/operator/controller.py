@@ -39,7 +39,12 @@ from trainjobs.operator.kube import (
     BY_KIND,
     PODS,
     SERVICES,
+    ApiBadRequest,
+    ApiConflict,
     ApiError,
+    ApiForbidden,
+    ApiInvalid,
+    ApiNotFound,
     Kube,
     Resource,
     gather_limited,
@@ -345,9 +350,9 @@ class Controller:
         resource = self._resource(job.kind)
         try:
             updated = await self.kube.merge_patch_status(resource, job.namespace, job.name, body)
+        except ApiNotFound:
+            return
         except ApiError as exc:
-            if exc.status == 404:
-                return
             raise exc.temporary() from None
         self._status_pending.pop(key, None)
         current = self.jobs.get(key)
@@ -380,7 +385,7 @@ class Controller:
             await self.events.emit(job, "Normal", "Created", f"created {created} objects "
                                    f"({pods} pods) for {job.kind} {job.name}")
         for err in errors:
-            if isinstance(err, ApiError) and not err.retryable and err.status in (400, 403, 422):
+            if isinstance(err, ApiBadRequest | ApiForbidden | ApiInvalid) and not err.retryable:
                 # The API server refuses what we built from this job: it cannot run as is.
                 # Fail from the status this reconcile just wrote (Created, startTime, replica
                 # counts), not the one it started from.
@@ -395,11 +400,9 @@ class Controller:
         ref = f"{res.kind}/{body['metadata']['name']}"
         try:
             await self.kube.create(res, ns, body)
-        except ApiError as exc:
-            if exc.status == 409:  # exists already (e.g. created before an operator restart)
-                self.expectations.seen(key, ref, True)
-                return "exists"
-            raise
+        except ApiConflict:  # exists already (e.g. created before an operator restart)
+            self.expectations.seen(key, ref, True)
+            return "exists"
         if res.kind in ("Pod", "Service"):
             self.expectations.expect_create(key, ref)
         return "created"
@@ -414,9 +417,9 @@ class Controller:
             self.expectations.expect_delete(expected_by, ref)
         try:
             await self.kube.delete(res, ns, name)
-        except ApiError as exc:
-            if exc.status == 404:
-                return "gone"
+        except ApiNotFound:
+            return "gone"
+        except ApiError:
             if expected_by is not None:
                 self.expectations.seen(expected_by, ref, exists=False)
             raise

@@ -11,12 +11,13 @@ re-list reveals (objects deleted while the watch was down).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from trainjobs.operator.kube import ApiError, Kube, Resource, WatchDropped
+from trainjobs.operator.kube import ApiError, ApiGone, Kube, Resource, WatchDropped, api_error
 
 __all__ = ["Informer"]
 
@@ -73,11 +74,11 @@ class Informer(Generic[T]):
                     delay = min(delay * 2, 30.0)
                 else:
                     delay = 0.5
+            except ApiGone:
+                log.info("%r: resourceVersion expired, listing again", self)
+                self.resource_version = ""
+                continue
             except ApiError as exc:
-                if exc.status == 410:
-                    log.info("%r: resourceVersion expired, listing again", self)
-                    self.resource_version = ""
-                    continue
                 log.warning("%r: %s; retrying in %.1fs", self, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
@@ -119,8 +120,9 @@ class Informer(Generic[T]):
             etype = event.get("type")
             obj = event.get("object") or {}
             if etype == "ERROR":
-                raise ApiError(int(obj.get("code", 500)), str(obj.get("reason", "")),
-                               str(obj.get("message", "")))
+                # The object is a Status (410 Expired for a too old resourceVersion).
+                raise api_error(int(obj.get("code", 500)), str(obj.get("reason", "")),
+                                json.dumps(obj))
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if etype == "BOOKMARK":
                 if rv:

@@ -1,8 +1,9 @@
 """The only module that talks to the API server: typed, minimal wrappers over kubernetes-asyncio.
 
 Why one layer: everything above it (caches, controller, leader election) speaks plain dicts
-and our exceptions, so API errors are classified once (409 AlreadyExists, 404 gone, 410 expired,
-422 invalid, 5xx/timeouts retryable) and counted once (the api-errors metric). Responses are
+and our exceptions, so API errors are classified once (into the typed tree of `apierrors`:
+ApiNotFound, ApiConflict, ApiForbidden with its quota test, ApiServerError...) and counted
+once (the api-errors metric). Responses are
 read as raw JSON (`_preload_content=False`) and never turned into generated model objects:
 that deserialization is the largest CPU cost of a Python controller at scale.
 """
@@ -10,7 +11,6 @@ that deserialization is the largest CPU cost of a Python controller at scale.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import urllib.request
@@ -23,10 +23,41 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from trainjobs.api.models import GROUP, VERSION
-from trainjobs.errors import TemporaryError
 from trainjobs.operator import metrics
+from trainjobs.operator.apierrors import (
+    ApiBadRequest,
+    ApiConflict,
+    ApiConnectionError,
+    ApiError,
+    ApiForbidden,
+    ApiGone,
+    ApiInvalid,
+    ApiNotFound,
+    ApiServerError,
+    ApiTooManyRequests,
+    WatchDropped,
+    api_error,
+)
 
-__all__ = ["LIST_PAGE_SIZE", "ApiError", "Kube", "Resource", "WatchDropped", "connect"]
+# The error tree lives in apierrors; it is re-exported here, where callers meet it.
+__all__ = [
+    "LIST_PAGE_SIZE",
+    "ApiBadRequest",
+    "ApiConflict",
+    "ApiConnectionError",
+    "ApiError",
+    "ApiForbidden",
+    "ApiGone",
+    "ApiInvalid",
+    "ApiNotFound",
+    "ApiServerError",
+    "ApiTooManyRequests",
+    "Kube",
+    "Resource",
+    "WatchDropped",
+    "api_error",
+    "connect",
+]
 
 #: Objects per LIST page: what a re-list holds decoded at once.
 LIST_PAGE_SIZE = 500
@@ -61,31 +92,6 @@ BY_KIND = {r.kind: r for r in (PODS, SERVICES, EVENTS, DEPLOYMENTS, LEASES)}
 
 def job_resource(kind: str, plural: str) -> Resource:
     return Resource(kind, plural, GROUP, VERSION)
-
-
-class ApiError(Exception):
-    """An API call failed. `status` is the HTTP status (0 for a connection problem)."""
-
-    def __init__(self, status: int, reason: str, body: str = "") -> None:
-        self.status = status
-        self.reason = reason
-        self.body = body
-        detail = reason
-        with contextlib.suppress(ValueError, AttributeError):
-            detail = json.loads(body).get("message", reason)
-        super().__init__(f"{status}: {detail}")
-
-    @property
-    def retryable(self) -> bool:
-        return self.status == 0 or self.status == 429 or self.status >= 500
-
-    def temporary(self, delay: float = 1.0) -> TemporaryError:
-        return TemporaryError(str(self), delay)
-
-
-class WatchDropped(ApiError):
-    """A watch that was established broke in the middle of its stream (a connection reset,
-    an API server or load balancer going away): not a failure to reach the server."""
 
 
 async def connect(kubeconfig: str | None) -> client.ApiClient:
@@ -143,13 +149,14 @@ class Kube:
             raw = await _read(resp)
         except ApiException as exc:
             metrics.API_ERRORS.labels(verb=verb, code=str(exc.status)).inc()
-            raise ApiError(int(exc.status or 0), str(exc.reason), str(exc.body or "")) from None
+            raise _from_exception(exc) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             metrics.API_ERRORS.labels(verb=verb, code="0").inc()
-            raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
+            raise ApiConnectionError(f"{type(exc).__name__}: {exc}") from None
         if not 200 <= resp.status <= 299:
             metrics.API_ERRORS.labels(verb=verb, code=str(resp.status)).inc()
-            raise ApiError(resp.status, str(resp.reason), raw.decode(errors="replace"))
+            raise api_error(resp.status, str(resp.reason), raw.decode(errors="replace"),
+                            _headers(resp))
         result: dict[str, Any] = json.loads(raw) if raw else {}
         return result
 
@@ -223,14 +230,14 @@ class Kube:
                 _preload_content=False, _request_timeout=timeout_seconds + 30)
         except ApiException as exc:
             metrics.API_ERRORS.labels(verb="WATCH", code=str(exc.status)).inc()
-            raise ApiError(int(exc.status or 0), str(exc.reason), str(exc.body or "")) from None
+            raise _from_exception(exc) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             metrics.API_ERRORS.labels(verb="WATCH", code="0").inc()
-            raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
+            raise ApiConnectionError(f"{type(exc).__name__}: {exc}") from None
         if not 200 <= resp.status <= 299:
             body = (await _read(resp)).decode(errors="replace")
             metrics.API_ERRORS.labels(verb="WATCH", code=str(resp.status)).inc()
-            raise ApiError(resp.status, str(resp.reason), body)
+            raise api_error(resp.status, str(resp.reason), body, _headers(resp))
         try:
             # Split lines ourselves: aiohttp's line iterator refuses lines over 64 KiB, and a
             # job with a large pod template can be larger.
@@ -245,9 +252,18 @@ class Kube:
             # The stream broke (connection reset, API server restarted, proxy cut it): the
             # caller watches again from the last resourceVersion it saw.
             metrics.API_ERRORS.labels(verb="WATCH", code="0").inc()
-            raise WatchDropped(0, f"watch dropped: {type(exc).__name__}: {exc}") from None
+            raise WatchDropped(f"watch dropped: {type(exc).__name__}: {exc}") from None
         finally:
             resp.release()
+
+
+def _from_exception(exc: ApiException) -> ApiError:
+    headers = {str(k): str(v) for k, v in dict(exc.headers or {}).items()}
+    return api_error(int(exc.status or 0), str(exc.reason), str(exc.body or ""), headers)
+
+
+def _headers(resp: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in dict(getattr(resp, "headers", None) or {}).items()}
 
 
 async def _read(resp: Any) -> bytes:

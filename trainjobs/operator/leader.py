@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from trainjobs.operator.kube import LEASES, ApiError, Kube
+from trainjobs.operator.kube import LEASES, ApiConflict, ApiError, ApiNotFound, Kube
 
 __all__ = ["LeaderElector", "LeaseSettings"]
 
@@ -70,18 +70,14 @@ class LeaderElector:
         s = self.settings
         try:
             lease = await self.kube.get(LEASES, s.namespace, s.name)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        except ApiNotFound:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": s.name, "namespace": s.namespace},
                     "spec": self._spec(None, 0)}
             try:
                 await self.kube.create(LEASES, s.namespace, body)
-            except ApiError as create_exc:
-                if create_exc.status == 409:
-                    return False
-                raise
+            except ApiConflict:  # another candidate created it first
+                return False
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -96,10 +92,8 @@ class LeaderElector:
         lease["spec"] = self._spec(acquire, transitions)
         try:
             await self.kube.update(LEASES, s.namespace, s.name, lease)
-        except ApiError as exc:
-            if exc.status == 409:
-                return False
-            raise
+        except ApiConflict:  # another candidate updated it since we read it
+            return False
         return True
 
     async def run(self) -> None:
