@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from trainjobs.errors import TemporaryError
-from trainjobs.operator.kube import (
+from trainjobs.operator.apierrors import (
     ApiBadRequest,
     ApiConflict,
     ApiConnectionError,

@@ -23,41 +23,18 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from trainjobs.api.models import GROUP, VERSION
-from trainjobs.operator import metrics
+from trainjobs.operator import apierrors, metrics
+from trainjobs.operator.apierrors import *  # noqa: F403  (the error tree, re-exported)
 from trainjobs.operator.apierrors import (
-    ApiBadRequest,
-    ApiConflict,
     ApiConnectionError,
     ApiError,
-    ApiForbidden,
-    ApiGone,
-    ApiInvalid,
-    ApiNotFound,
-    ApiServerError,
-    ApiTooManyRequests,
     WatchDropped,
     api_error,
 )
 
 # The error tree lives in apierrors; it is re-exported here, where callers meet it.
-__all__ = [
-    "LIST_PAGE_SIZE",
-    "ApiBadRequest",
-    "ApiConflict",
-    "ApiConnectionError",
-    "ApiError",
-    "ApiForbidden",
-    "ApiGone",
-    "ApiInvalid",
-    "ApiNotFound",
-    "ApiServerError",
-    "ApiTooManyRequests",
-    "Kube",
-    "Resource",
-    "WatchDropped",
-    "api_error",
-    "connect",
-]
+__all__ = ["LIST_PAGE_SIZE", "Kube", "Resource", "connect"]
+__all__ += apierrors.__all__
 
 #: Objects per LIST page: what a re-list holds decoded at once.
 LIST_PAGE_SIZE = 500
