@@ -60,6 +60,8 @@ CAFFE2 = Framework(
     container_name="caffe2",
     default_port=2222,
     spec_model=Caffe2JobSpec,
+    # A restarted shard cannot rejoin a Gloo group that has moved on: all restart, anew.
+    replicas_restart_together=True,
     cel_rules=(
         CelRule("!has(self.spec.backend) || !has(self.spec.backend.type) || "
                 "self.spec.backend.type != 'none' || !('Worker' in self.spec.replicaSpecs) || "
@@ -82,8 +84,12 @@ def effective_backend(job: Job) -> Literal["none", "redis", "nfs"]:
 
 
 def run_id(job: Job) -> str:
-    """The same for every shard of one run: the job's uid."""
-    return job.metadata.uid or PLACEHOLDER_RUN_ID
+    """The same for every shard of one attempt, new for each: `<job uid>-<attempt>`.
+
+    Every shard's rendezvous keys (Redis) or store file (NFS) live under it, so an attempt
+    never reads what the previous one left (a shard that rendezvoused through stale keys
+    aborted with Gloo's "Received data size doesn't match expected size")."""
+    return f"{job.metadata.uid or PLACEHOLDER_RUN_ID}-{job.status.attempt}"
 
 
 class Caffe2Plugin(FrameworkPlugin):

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainjobs.api.models import ConditionType, Job, JobStatus
-from trainjobs.core.observed import ObservedPod, PodPhase
+from trainjobs.core.observed import ObservedPod, PodPhase, attempt_of
 from trainjobs.core.planner import EXCLUSIVE_CONDITIONS, Plan, PlannerSettings, plan
 from trainjobs.core.render import (
     LABEL_REPLICA_INDEX,
@@ -117,7 +117,8 @@ class World:
         return plan(job, self.desired, list(self.pods.values()), set(self.services),
                     set(self.extras),
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
-                    now=self.now, settings=self.settings)
+                    now=self.now, settings=self.settings,
+                    restart_together=self.framework.replicas_restart_together)
 
     def apply(self, p: Plan) -> Plan:
         """Carry out a plan the way a backend would."""
@@ -144,9 +145,12 @@ class World:
                 name=name, uid=f"uid-{next(_UIDS)}",
                 replica_type_lower=labels[LABEL_REPLICA_TYPE],
                 index=int(labels[LABEL_REPLICA_INDEX]), phase=PodPhase.PENDING,
-                created=self.now)
+                created=self.now, attempt=attempt_of(manifest["metadata"]))
             self.created.append(name)
+        attempt = self.job.status.attempt
         self.job = self.job.model_copy(update={"status": p.status})
+        if p.status.attempt != attempt:  # as both backends do: a new attempt, a new rendering
+            self.desired = render_job(self.job, self.framework, self.plugins)
         if p.delete_job:
             self.job_deleted = True
         return p

@@ -388,7 +388,7 @@ def test_caffe2_shards_managed_redis() -> None:
     for i, env in enumerate(envs):
         assert env["SHARD_ID"] == str(i)
         assert env["NUM_SHARDS"] == "3"
-        assert env["RUN_ID"] == "7d3c5a9e-1111-2222-3333-444455556666"
+        assert env["RUN_ID"] == "7d3c5a9e-1111-2222-3333-444455556666-0"  # <uid>-<attempt>
         assert (env["REDIS_HOST"], env["REDIS_PORT"]) == ("shards-redis", "6379")
         assert "NFS_PATH" not in env
         assert json.loads(env["CAFFE2_CONFIG"]) == {
@@ -415,7 +415,20 @@ def test_caffe2_shards_managed_redis() -> None:
 def test_caffe2_run_id_placeholder_without_uid() -> None:
     rendered = render(caffe2job("shards", workers=2))
     ids = {pod_env(rendered, n, "caffe2")["RUN_ID"] for n in rendered.pods}
-    assert ids == {PLACEHOLDER_UID}
+    assert ids == {f"{PLACEHOLDER_UID}-0"}
+
+
+def test_caffe2_run_id_is_new_for_each_attempt() -> None:
+    """RUN_ID names one attempt of the rendezvous: a restart never meets the old keys."""
+    job = parse(caffe2job("shards", workers=2))
+    job = job.model_copy(update={
+        "metadata": job.metadata.model_copy(update={"uid": "7d3c5a9e"}),
+        "status": job.status.model_copy(update={"attempt": 3})})
+    rendered = render(job)
+    for name, pod in rendered.pods.items():
+        assert pod_env(rendered, name, "caffe2")["RUN_ID"] == "7d3c5a9e-3"
+        assert pod["metadata"]["annotations"] == {"trainjobs.io/attempt": "3"}
+        assert pod["spec"]["restartPolicy"] == "Never"
 
 
 def test_caffe2_explicit_redis_host() -> None:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainjobs.api.models import Job, ReplicaSpec, RestartPolicy, RunPolicy
-from trainjobs.core.render import POD_RESTART_POLICY
+from trainjobs.core.render import ANNOTATION_ATTEMPT, POD_RESTART_POLICY
 from trainjobs.errors import SpecError, SpecInvalid
 
 from .helpers import (
@@ -239,12 +239,15 @@ def check_rendered_pod(pod: dict[str, Any], original: dict[str, Any], job: Job,
     for key, value in orig_spec.items():
         if key not in ("containers", "restartPolicy"):
             assert spec[key] == value, key
-    assert spec["restartPolicy"] == POD_RESTART_POLICY[restart_policy]
+    together = framework.replicas_restart_together
+    # Replicas that restart together are never restarted in place (the planner restarts all).
+    assert spec["restartPolicy"] == ("Never" if together else POD_RESTART_POLICY[restart_policy])
 
     meta = original.get("metadata", {})
     labels = pod["metadata"]["labels"]
     assert labels.items() >= meta.get("labels", {}).items()
-    assert pod["metadata"].get("annotations", {}) == meta.get("annotations", {})
+    attempt = {ANNOTATION_ATTEMPT: str(job.status.attempt)} if together else {}
+    assert pod["metadata"].get("annotations", {}) == {**meta.get("annotations", {}), **attempt}
 
     assert [c["name"] for c in spec["containers"]] == [c["name"] for c in orig_spec["containers"]]
     for new, old in zip(spec["containers"], orig_spec["containers"], strict=True):

@@ -186,6 +186,11 @@ class JobStatus(StatusModel):
         default_factory=list,
         description="UIDs of failed pods already counted as restarts; makes counting idempotent.",
     )
+    attempt: int = Field(
+        default=0,
+        description="For kinds whose replicas restart together (Caffe2Job): which attempt of "
+                    "the rendezvous runs now; 0 first, one more each time the replicas restart.",
+    )
 
 
 class ObjectMeta(BaseModel):

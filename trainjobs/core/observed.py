@@ -13,9 +13,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from trainjobs.core.render import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from trainjobs.core.render import ANNOTATION_ATTEMPT, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 
-__all__ = ["DISRUPTION_REASONS", "UNRUNNABLE_REASONS", "ObservedPod", "PodPhase", "from_pod"]
+__all__ = ["DISRUPTION_REASONS", "UNRUNNABLE_REASONS", "ObservedPod", "PodPhase", "attempt_of",
+           "from_pod"]
 
 
 class PodPhase(StrEnum):
@@ -60,6 +61,8 @@ class ObservedPod:
     # The last in-place restart's exit (OnFailure/Always): what a backoffLimit message names.
     last_exit_code: int | None = None
     last_reason: str = ""
+    # The job's attempt the pod was made for (replicas that restart together); None: unknown.
+    attempt: int | None = None
 
     @property
     def active(self) -> bool:
@@ -133,4 +136,14 @@ def from_pod(pod: dict[str, Any], container_name: str) -> ObservedPod | None:
         created=_parse_time(meta.get("creationTimestamp")),
         last_exit_code=last_exit_code,
         last_reason=last_reason,
+        attempt=attempt_of(meta),
     )
+
+
+def attempt_of(meta: dict[str, Any]) -> int | None:
+    """The attempt a pod's metadata records, if any (and if it is a number)."""
+    value = (meta.get("annotations") or {}).get(ANNOTATION_ATTEMPT)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

@@ -90,6 +90,10 @@ class _State:
     failure: tuple[str, str] | None = None  # (reason, message)
     restarting: bool = False
     disrupted: bool = False
+    # Replicas that restart together: the attempt that should run, and the failed pod that
+    # ends the previous one (None: no new attempt this pass).
+    attempt: int | None = None
+    ends_attempt: str | None = None
 
 
 def plan(
@@ -101,13 +105,14 @@ def plan(
     succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
     now: datetime | None = None,
     settings: PlannerSettings = PlannerSettings(),
+    restart_together: bool = False,
 ) -> Plan:
     """Decide the next actions and the status for `job`.
 
     `desired` is the job rendered by the plugins; `pods` the job's pods (including those the
     backend just created or deleted but its cache has not shown yet); `services` and `extras`
     the names of the Services and extra objects (`Kind/name`) that exist; `succeeded` the
-    kind's success rule.
+    kind's success rule; `restart_together` the kind's `Framework.replicas_restart_together`.
     """
     now = now or datetime.now(UTC)
     old = job.status
@@ -118,7 +123,7 @@ def plan(
     if _finished(old):
         return _finish(state, desired, pods, services, extras)
     if job.spec.run_policy.suspend:
-        return _suspend(state, pods, extras)
+        return _suspend(state, pods, extras, restart_together)
     if _current(old) is ConditionType.SUSPENDED:
         _clear_exclusive(state, ConditionType.SUSPENDED, "JobResumed",
                          f"{job.kind} {job.name} is resumed")
@@ -135,12 +140,24 @@ def plan(
     counted = set(old.counted_failures)
     new_counted: set[str] = set()
     restarts_now = _restart_totals(old)
+    if restart_together:
+        _next_attempt(state, desired, pods)
     for name, pod_manifest in desired.pods.items():
         replica = desired.replicas[name]
         policy = job.spec.replica_specs[replica.type].restart_policy
         pod = by_name.get(name)
+        if pod is not None and _stale(state, pod):
+            outcomes.append(_restart_with_attempt(state, replica, pod))
+            continue
         outcomes.append(_outcome(state, replica, pod, policy, pod_manifest, counted,
                                  new_counted, restarts_now, settings))
+    if state.attempt is not None and state.attempt != old.attempt:
+        # `desired` was rendered for the attempt that just ended: create nothing from it.
+        state.plan.create_pods.clear()
+        state.status["attempt"] = state.attempt
+        state.plan.events.append(Event("Normal", "RestartingTogether", f"replicas of "
+                                       f"{job.kind} restart together: starting attempt "
+                                       f"{state.attempt} with every replica"))
     # Pods whose replica no longer exists (scaled down, or a type removed): delete them.
     for pod in pods:
         if pod.name not in desired.pods and not pod.deleting:
@@ -178,8 +195,9 @@ def plan(
         # keep the failed pods that were to be recreated (cleanPodPolicy None keeps them all),
         # and do not announce recreations that will not happen.
         state.plan.delete_pods = [n for n in state.plan.delete_pods if n not in desired.pods]
-        state.plan.events = [e for e in state.plan.events
-                             if e.reason not in ("ReplicaRestarting", "ReplicaLost")]
+        state.plan.events = [e for e in state.plan.events if e.reason not in
+                             ("ReplicaRestarting", "ReplicaLost", "RestartingTogether")]
+        state.status["attempt"] = old.attempt
     if state.failure is not None:
         _conclude(state, ConditionType.FAILED, *state.failure)
         state.plan.events.append(Event("Warning", state.failure[0], state.failure[1]))
@@ -212,6 +230,41 @@ def plan(
                            "replicas taken by the cluster are being recreated")
     state.plan.status = _build_status(state, old)
     return state.plan
+
+
+def _attempt_of(pod: ObservedPod, current: int) -> int:
+    """A pod without a known attempt (created a moment ago, not seen yet) is the current's."""
+    return current if pod.attempt is None else pod.attempt
+
+
+def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -> None:
+    """Replicas that restart together: a retryable failure (or a disruption) of a pod of the
+    current attempt starts the next one, once. Its peers fail too as their group breaks
+    (Gloo aborts, exit 1 or 134): those failures are the same attempt's, never counted."""
+    current = state.job.status.attempt
+    state.attempt = current
+    for pod in sorted(pods, key=lambda p: (not p.disrupted, p.replica_type_lower, p.index)):
+        if pod.deleting or pod.phase is not PodPhase.FAILED or pod.name not in desired.pods or \
+                _attempt_of(pod, current) != current:
+            continue
+        policy = state.job.spec.replica_specs[desired.replicas[pod.name].type].restart_policy
+        if pod.disrupted or retryable(policy, pod):
+            state.attempt = current + 1
+            state.ends_attempt = pod.name
+            return
+
+
+def _stale(state: _State, pod: ObservedPod) -> bool:
+    """A pod of an attempt that is over (the pod that ended it is handled as a failure)."""
+    if state.attempt is None or pod.deleting or pod.name == state.ends_attempt:
+        return False
+    return _attempt_of(pod, state.job.status.attempt) != state.attempt
+
+
+def _restart_with_attempt(state: _State, replica: Replica, pod: ObservedPod) -> ReplicaOutcome:
+    state.restarting = True
+    state.plan.delete_pods.append(pod.name)
+    return ReplicaOutcome(replica, ReplicaPhase.PENDING)
 
 
 def _outcome(
@@ -359,10 +412,14 @@ def _extra_pods(extras: set[str], pods: Sequence[ObservedPod], deleting: list[st
                   if kind == "Pod" and name not in listed)
 
 
-def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str]) -> Plan:
+def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str],
+             restart_together: bool) -> Plan:
     """A suspended job runs nothing: its pods go, and the pods plugins added for them (they
-    come back, like the replicas, when the job resumes)."""
+    come back, like the replicas, when the job resumes). Replicas that restart together
+    come back as a new attempt: the suspended one's rendezvous is stale."""
     job = state.job
+    if restart_together and _current(job.status) is not ConditionType.SUSPENDED:
+        state.status["attempt"] = job.status.attempt + 1
     for pod in pods:
         if not pod.deleting:
             state.plan.delete_pods.append(pod.name)
@@ -463,6 +520,7 @@ def _status_dict(status: JobStatus) -> dict[str, Any]:
         "replicaStatuses": {t: s.to_api() for t, s in status.replica_statuses.items()},
         "replicaSummary": status.replica_summary,
         "countedFailures": list(status.counted_failures),
+        "attempt": status.attempt,
     }
 
 

@@ -19,6 +19,7 @@ from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Address, ClusterLayout, Framework, RenderContext, Replica
 
 __all__ = [
+    "ANNOTATION_ATTEMPT",
     "LABEL_FRAMEWORK",
     "LABEL_JOB_NAME",
     "LABEL_JOB_ROLE",
@@ -37,6 +38,8 @@ LABEL_FRAMEWORK = "trainjobs.io/framework"
 LABEL_REPLICA_TYPE = "trainjobs.io/replica-type"
 LABEL_REPLICA_INDEX = "trainjobs.io/replica-index"
 LABEL_JOB_ROLE = "trainjobs.io/job-role"
+# On the pods of kinds whose replicas restart together: the job's attempt they belong to.
+ANNOTATION_ATTEMPT = "trainjobs.io/attempt"
 # A job read from a file has no uid until the API server assigns one.
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
@@ -177,6 +180,10 @@ def _render_pod(
         pod_meta["annotations"] = dict(meta["annotations"])
     spec = template["spec"]
     spec["restartPolicy"] = POD_RESTART_POLICY[rspec.restart_policy]
+    if framework.replicas_restart_together:
+        # No in-place restart: a failure must reach the planner, which restarts every replica.
+        spec["restartPolicy"] = "Never"
+        pod_meta.setdefault("annotations", {})[ANNOTATION_ATTEMPT] = str(job.status.attempt)
     scheduling = job.spec.run_policy.scheduling_policy
     if scheduling is not None and scheduling.priority_class and "priorityClassName" not in spec:
         spec["priorityClassName"] = scheduling.priority_class

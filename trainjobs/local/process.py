@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from trainjobs.core.observed import ObservedPod, PodPhase
+from trainjobs.core.observed import ObservedPod, PodPhase, attempt_of
 from trainjobs.core.render import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 from trainjobs.errors import SpecError
 
@@ -111,6 +111,7 @@ class ReplicaProcess:
         labels = pod["metadata"]["labels"]
         self.replica_type_lower = labels.get(LABEL_REPLICA_TYPE, name)
         self.index = int(labels.get(LABEL_REPLICA_INDEX, 0))
+        self.attempt = attempt_of(pod["metadata"])
         self.spec = spec
         self.log_path = log_path
         self._on_line = on_line
@@ -198,7 +199,8 @@ class ReplicaProcess:
             reason="" if self.exit_code in (None, 0) else "Error", restarts=self.restarts,
             deleting=self.deleting and not self.finished, created=self.created,
             last_exit_code=self.exit_code if self.restarts else None,
-            last_reason="Error" if self.restarts and self.exit_code else "")
+            last_reason="Error" if self.restarts and self.exit_code else "",
+            attempt=self.attempt)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

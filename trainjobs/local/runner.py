@@ -75,8 +75,9 @@ class LocalRun:
         self.base_dir = base_dir
         self.log_dir = log_dir
         self.console = console
+        self.layout = local_layout(job)
         self.desired: RenderedJob = render_job(job, framework, plugins, backend="local",
-                                               layout=local_layout(job))
+                                               layout=self.layout)
         self.processes: dict[str, ReplicaProcess] = {}
         self.components: dict[str, ReplicaProcess] = {}
         self.services: set[str] = set()
@@ -112,10 +113,17 @@ class LocalRun:
             pods = [p.observed() for p in self.processes.values()]
             decision = plan(self.job, self.desired, pods, self.services, self.extras,
                             lambda outcomes: self.plugins.job_succeeded(
-                                self.job, self.framework, outcomes))
+                                self.job, self.framework, outcomes),
+                            restart_together=self.framework.replicas_restart_together)
             for event in decision.events:
                 self.console.note(f"{event.reason}: {event.message}")
+            attempt = self.job.status.attempt
             self.job = self.job.model_copy(update={"status": decision.status})
+            if decision.status.attempt != attempt:
+                # A new attempt's replicas get a new environment (Caffe2's RUN_ID).
+                self.desired = render_job(self.job, self.framework, self.plugins,
+                                          backend="local", layout=self.layout)
+                self._specs = self._process_specs()
             state = decision.status.state
             summary = decision.status.replica_summary
             if (state, summary) != (last_state, last_summary):

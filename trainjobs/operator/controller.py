@@ -78,6 +78,8 @@ class _Parsed:
     job: Job | None
     desired: PackedRender | None
     error: SpecInvalid | None = None
+    # The attempt `desired` was rendered for (kinds whose replicas restart together).
+    attempt: int = 0
 
 
 class Expectations:
@@ -254,13 +256,14 @@ class Controller:
         if finished:
             parsed.desired = None
             return RenderedJob()
-        if parsed.desired is not None:
+        if parsed.desired is not None and parsed.attempt == job.status.attempt:
             return parsed.desired.unpack()
         framework = self.plugins.framework_for(job.kind)
         assert framework is not None
         rendered = render_job(job, framework, self.plugins, backend="kubernetes",
                               controller_config=self.settings.controller_config)
         parsed.desired = PackedRender.pack(rendered)
+        parsed.attempt = job.status.attempt
         return rendered
 
     async def reconcile(self, key: str) -> None:
@@ -288,7 +291,8 @@ class Controller:
         pods, services, extras = self._observed(key, entry.uid, desired)
         decision = plan(job, desired, pods, services, extras,
                         lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes),
-                        settings=self.settings.planner)
+                        settings=self.settings.planner,
+                        restart_together=framework.replicas_restart_together)
         await self._write_status(key, job, decision.status)
         await self._act(key, job, decision)
         if decision.requeue_after is not None:
@@ -332,7 +336,7 @@ class Controller:
             return
         urgent = (new.state != old.state and new.state != "Created") or \
             new.counted_failures != old.counted_failures or \
-            new.completion_time != old.completion_time
+            new.completion_time != old.completion_time or new.attempt != old.attempt
         now = time.monotonic()
         # A change of counts only (or a new job's first status) goes out status_coalesce
         # seconds after it was first seen, with whatever changed meanwhile: replicas that

@@ -24,7 +24,7 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.1"
+PLUGIN_API_VERSION = "1.2"
 
 __all__ = [
     "PLUGIN_API_VERSION",

@@ -75,6 +75,11 @@ class Framework:
     description: str = ""
     cel_rules: tuple[CelRule, ...] = ()
     package: str = field(default="", compare=False)
+    # True when no replica can rejoin the others alone (Gloo's rendezvous: a restarted shard
+    # meets a group that has moved on): a retryable failure of one replica restarts every
+    # replica, as a new attempt (`status.attempt`) whose environment may differ (Caffe2's
+    # RUN_ID). Pods then run with restartPolicy Never; OnFailure/Always mean: recreate them.
+    replicas_restart_together: bool = False
 
     @property
     def port_name(self) -> str:
