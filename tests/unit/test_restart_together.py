@@ -4,24 +4,14 @@ counted. Through the planner and the fake backend of planner_helpers."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainjobs.api.models import ConditionType
 from trainjobs.core.observed import PodPhase
 
 from .helpers import env_values
 from .planner_helpers import World, c2_doc, mx_doc
+from .test_planner import running_world as running
 
 WORKERS = ["c2-worker-0", "c2-worker-1", "c2-worker-2"]
-
-
-def running(doc: dict[str, Any], **kw: Any) -> World:
-    w = World.of(doc, **kw)
-    w.step()
-    w.run()
-    w.step()
-    assert w.state == "Running", w.status
-    return w
 
 
 def run_ids(w: World) -> set[str]:
