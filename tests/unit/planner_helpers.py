@@ -137,6 +137,8 @@ class World:
             self.services.add(svc["metadata"]["name"])
         for obj in p.create_extras:
             self.extras.add(f"{obj['kind']}/{obj['metadata']['name']}")
+        for ref in p.delete_extras:
+            self.extras.discard(ref)
         for manifest in p.create_pods:
             name = manifest["metadata"]["name"]
             assert name not in self.pods, f"created {name} while a pod of that name exists"

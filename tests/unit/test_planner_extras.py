@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import copy
 
-from tests.unit.planner_helpers import World, c2_doc
+from tests.unit.planner_helpers import World, c2_doc, mx_doc, names_of
+from trainjobs.core.planner import PlannerSettings
 
 REDIS = "Pod/c2-redis"
 
@@ -51,3 +52,62 @@ def test_finished_job_stops_the_managed_redis_unless_clean_pod_policy_none() -> 
         world.step()
         assert world.state == "Succeeded"
         assert ("c2-redis" in world.plan().delete_pods) is stopped, policy
+
+
+PODGROUP = "PodGroup/mx"
+
+
+def _gang_world(doc: dict) -> World:  # type: ignore[type-arg]
+    """A job whose plugins add a PodGroup declared `with_replicas` (as the gang plugins do)."""
+    world = World.of(doc, settings=PlannerSettings(with_replicas_kinds=frozenset({"PodGroup"})))
+    world.desired.extras.append({"apiVersion": "scheduling.volcano.sh/v1beta1",
+                                 "kind": "PodGroup", "metadata": {"name": "mx"}, "spec": {}})
+    return world
+
+
+def test_suspend_deletes_a_with_replicas_object_and_resume_recreates_it() -> None:
+    doc = mx_doc(workers=2)
+    world = _gang_world(doc)
+    world.settle()
+    assert PODGROUP in world.extras
+
+    suspended = copy.deepcopy(doc)
+    suspended["spec"]["runPolicy"]["suspend"] = True
+    desired_extras = world.desired.extras
+    world.respec(suspended)
+    world.desired.extras = desired_extras
+    decision = world.plan()
+    assert decision.delete_extras == [PODGROUP]
+    world.apply(decision)
+    assert world.plan().delete_extras == []  # gone: nothing more to delete
+    world.settle()
+    assert PODGROUP not in world.extras
+
+    world.respec(doc)
+    world.desired.extras = desired_extras
+    decision = world.plan()
+    assert names_of(decision.create_extras) == ["mx"]
+
+
+def test_without_the_setting_suspend_keeps_other_extras() -> None:
+    doc = mx_doc(workers=2)
+    world = World.of(doc)
+    world.extras.add(PODGROUP)
+    suspended = copy.deepcopy(doc)
+    suspended["spec"]["runPolicy"]["suspend"] = True
+    world.respec(suspended)
+    assert world.plan().delete_extras == []
+
+
+def test_finished_job_deletes_a_with_replicas_object_unless_clean_pod_policy_none() -> None:
+    for policy, deleted in (("Running", True), ("All", True), ("None", False)):
+        doc = mx_doc(workers=1, servers=1)
+        doc["spec"]["runPolicy"]["cleanPodPolicy"] = policy
+        world = _gang_world(doc)
+        world.settle()
+        world.run(*world.pod_names())
+        world.step()
+        world.succeed(*world.pod_names())
+        world.step()
+        assert world.state == "Succeeded"
+        assert (world.plan().delete_extras == [PODGROUP]) is deleted, policy

@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ from trainjobs.plugin.manager import (
 )
 from trainjobs.plugin.types import (
     Framework,
+    ObjectStatus,
+    OwnedResource,
     RenderContext,
     Replica,
     ReplicaEnv,
@@ -472,6 +474,19 @@ class Recorder:
                      outcomes=outcomes)
         return None
 
+    @hookspecs.hookimpl
+    def trainjobs_owned_resources(
+            self, controller_config: Mapping[str, object]) -> Sequence[OwnedResource] | None:
+        self._record("trainjobs_owned_resources", controller_config=controller_config)
+        return [OwnedResource("example.com/v1", "Thing", "things", with_replicas=True)]
+
+    @hookspecs.hookimpl
+    def trainjobs_object_status(self, job: Job, obj: dict[str, Any]) -> ObjectStatus | None:
+        self._record("trainjobs_object_status", job=job, obj=obj)
+        if obj.get("kind") != "Thing":
+            return None
+        return ObjectStatus("Thing", obj["metadata"]["name"], obj["status"]["phase"])
+
 
 def info(name: str) -> LoadedPlugin:
     return LoadedPlugin(name=name, module=__name__, package="tests", version="0")
@@ -491,6 +506,12 @@ def test_every_hook_is_called_through_the_manager() -> None:
     outcomes = [ReplicaOutcome(r, ReplicaPhase.SUCCEEDED if r.index == 0 else
                                ReplicaPhase.RUNNING) for r in rendered.replicas.values()]
     assert manager.job_succeeded(job, framework, outcomes) is False  # 1 of 3 workers done
+    config = {"feature": {"on": True}}
+    assert manager.owned_resources(config) == [
+        OwnedResource("example.com/v1", "Thing", "things", with_replicas=True)]
+    thing = {"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"},
+             "status": {"phase": "Waiting"}}
+    assert manager.object_status(job, thing) == ObjectStatus("Thing", "t", "Waiting")
     register_calls = Recorder()
     load_plugins(extra=[(register_calls, info("again"))])
 
@@ -506,6 +527,8 @@ def test_every_hook_is_called_through_the_manager() -> None:
     assert len(calls["trainjobs_extra_objects"]) == 1
     assert calls["trainjobs_job_succeeded"] == [
         {"job": job, "framework": framework, "outcomes": outcomes}]
+    assert calls["trainjobs_owned_resources"] == [{"controller_config": config}]
+    assert calls["trainjobs_object_status"] == [{"job": job, "obj": thing}]
 
 
 def test_adjust_pod_runs_in_registration_order() -> None:

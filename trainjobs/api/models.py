@@ -28,6 +28,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "ObjectMeta",
+    "OwnedObjectStatus",
     "ReplicaSpec",
     "ReplicaStatus",
     "RestartPolicy",
@@ -171,6 +172,13 @@ class ReplicaStatus(StatusModel):
     recreations: int = Field(default=0, description="Pods recreated after a retryable failure.")
 
 
+class OwnedObjectStatus(StatusModel):
+    kind: str
+    name: str
+    phase: str = ""
+    message: str = ""
+
+
 class JobStatus(StatusModel):
     """What the operator reports. `state` is the one condition that is True now."""
 
@@ -190,6 +198,11 @@ class JobStatus(StatusModel):
         default=0,
         description="For kinds whose replicas restart together (Caffe2Job): which attempt of "
                     "the rendezvous runs now; 0 first, one more each time the replicas restart.",
+    )
+    owned_objects: list[OwnedObjectStatus] | None = Field(
+        default=None,
+        description="What objects plugins created for the job report, e.g. a gang scheduler's "
+                    "PodGroup: its phase and why it waits.",
     )
 
 

@@ -39,6 +39,9 @@ FINISHED = (ConditionType.SUCCEEDED, ConditionType.FAILED)
 class PlannerSettings:
     # How long a container may wait on an image pull or config error before the job fails.
     unrunnable_grace: timedelta = timedelta(seconds=120)
+    # Kinds of extra objects (besides Pods) that exist only while the replicas do: deleted on
+    # suspend and by a finished job's cleanup, recreated on resume (a gang PodGroup).
+    with_replicas_kinds: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Plan:
     create_services: list[dict[str, Any]] = field(default_factory=list)
     delete_services: list[str] = field(default_factory=list)
     create_extras: list[dict[str, Any]] = field(default_factory=list)
+    delete_extras: list[str] = field(default_factory=list)  # `Kind/name`, never Pods
     status: JobStatus = field(default_factory=JobStatus)
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
@@ -67,7 +71,8 @@ class Plan:
     @property
     def actions(self) -> int:
         return (len(self.create_pods) + len(self.delete_pods) + len(self.create_services)
-                + len(self.delete_services) + len(self.create_extras) + int(self.delete_job))
+                + len(self.delete_services) + len(self.create_extras) + len(self.delete_extras)
+                + int(self.delete_job))
 
 
 def retryable(policy: RestartPolicy, pod: ObservedPod) -> bool:
@@ -121,9 +126,9 @@ def plan(
         state.plan.status = old
         return state.plan
     if _finished(old):
-        return _finish(state, desired, pods, services, extras)
+        return _finish(state, desired, pods, services, extras, settings)
     if job.spec.run_policy.suspend:
-        return _suspend(state, pods, extras, restart_together)
+        return _suspend(state, pods, extras, restart_together, settings)
     if _current(old) is ConditionType.SUSPENDED:
         _clear_exclusive(state, ConditionType.SUSPENDED, "JobResumed",
                          f"{job.kind} {job.name} is resumed")
@@ -372,6 +377,7 @@ def _finish(
     pods: Sequence[ObservedPod],
     services: set[str],
     extras: set[str],
+    settings: PlannerSettings,
 ) -> Plan:
     """A finished job: apply cleanPodPolicy, then the TTL. Nothing is ever created again."""
     job, plan_ = state.job, state.plan
@@ -390,6 +396,7 @@ def _finish(
         # Pods a plugin added for the replicas (a managed Redis) serve them until they end and
         # run forever otherwise: like running replicas, they go when the job has finished.
         plan_.delete_pods.extend(_extra_pods(extras, pods, plan_.delete_pods))
+        plan_.delete_extras.extend(_with_replicas(extras, settings))
     ttl = job.spec.run_policy.ttl_seconds_after_finished
     completed = job.status.completion_time
     if ttl is not None and completed is not None:
@@ -412,11 +419,18 @@ def _extra_pods(extras: set[str], pods: Sequence[ObservedPod], deleting: list[st
                   if kind == "Pod" and name not in listed)
 
 
+def _with_replicas(extras: set[str], settings: PlannerSettings) -> list[str]:
+    """The extra objects (not Pods) that go whenever the replicas go, e.g. a PodGroup."""
+    return sorted(ref for ref in extras
+                  if ref.partition("/")[0] in settings.with_replicas_kinds - {"Pod"})
+
+
 def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str],
-             restart_together: bool) -> Plan:
-    """A suspended job runs nothing: its pods go, and the pods plugins added for them (they
-    come back, like the replicas, when the job resumes). Replicas that restart together
-    come back as a new attempt: the suspended one's rendezvous is stale."""
+             restart_together: bool, settings: PlannerSettings) -> Plan:
+    """A suspended job runs nothing: its pods go, and the pods plugins added for them and the
+    objects that exist only with the replicas (all come back when the job resumes). Replicas
+    that restart together come back as a new attempt: the suspended one's rendezvous is
+    stale."""
     job = state.job
     if restart_together and _current(job.status) is not ConditionType.SUSPENDED:
         state.status["attempt"] = job.status.attempt + 1
@@ -424,6 +438,7 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str],
         if not pod.deleting:
             state.plan.delete_pods.append(pod.name)
     state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
+    state.plan.delete_extras.extend(_with_replicas(extras, settings))
     if _current(job.status) is not ConditionType.SUSPENDED:
         state.plan.events.append(Event("Normal", "JobSuspended", "suspended: pods deleted"))
     _set_exclusive(state, ConditionType.SUSPENDED, "JobSuspended",
@@ -521,6 +536,9 @@ def _status_dict(status: JobStatus) -> dict[str, Any]:
         "replicaSummary": status.replica_summary,
         "countedFailures": list(status.counted_failures),
         "attempt": status.attempt,
+        # Reported by plugins (the backend sets it); kept as it is here.
+        "ownedObjects": [o.to_api() for o in status.owned_objects]
+        if status.owned_objects else None,
     }
 
 

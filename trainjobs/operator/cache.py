@@ -67,7 +67,9 @@ def owner_of(obj: dict[str, Any]) -> tuple[str, str] | None:
 
 @dataclass(frozen=True, slots=True)
 class OwnedEntry:
-    """A pod or Service owned by a job. `pod` is set for replica pods only."""
+    """A pod or Service owned by a job. `pod` is set for replica pods only; `obj` for objects
+    of a kind a plugin watches (apiVersion, kind, metadata name, spec, status), for its
+    `trainjobs_object_status`."""
 
     job: str
     owner_uid: str
@@ -75,10 +77,14 @@ class OwnedEntry:
     name: str
     replica: bool
     pod: ObservedPod | None = None
+    obj: dict[str, Any] | None = None
 
 
 def reduce_owned(obj: dict[str, Any], kind: str,
-                 container_by_framework: dict[str, str]) -> OwnedEntry | None:
+                 container_by_framework: dict[str, str], *,
+                 keep: bool = False) -> OwnedEntry | None:
+    """The cached entry of an owned object; `keep` keeps its spec and status (a watched
+    plugin kind, e.g. a PodGroup: small, and its status is reported on the job)."""
     owner = owner_of(obj)
     if owner is None:
         return None
@@ -89,7 +95,12 @@ def reduce_owned(obj: dict[str, Any], kind: str,
     if kind == "Pod" and replica:
         container = container_by_framework.get(labels.get("trainjobs.io/framework", ""), "")
         pod = from_pod(obj, container)
-    return OwnedEntry(owner[0], owner[1], kind, str(meta.get("name", "")), replica, pod)
+    kept = None
+    if keep:
+        kept = {"apiVersion": obj.get("apiVersion"), "kind": kind,
+                "metadata": {"name": meta.get("name", ""), "namespace": meta.get("namespace")},
+                "spec": obj.get("spec") or {}, "status": obj.get("status") or {}}
+    return OwnedEntry(owner[0], owner[1], kind, str(meta.get("name", "")), replica, pod, kept)
 
 
 class OwnerIndex:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from trainjobs.api.models import Job, JobSpec, JobStatus, ObjectMeta
+from trainjobs.api.models import Job, JobSpec, JobStatus, ObjectMeta, OwnedObjectStatus
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.planner import Plan, PlannerSettings, plan
 from trainjobs.core.render import RenderedJob, render_job
@@ -36,7 +36,7 @@ from trainjobs.operator.cache import (
 from trainjobs.operator.events import EventRecorder
 from trainjobs.operator.informer import Informer, Key
 from trainjobs.operator.kube import (
-    BY_KIND,
+    BY_API_KIND,
     PODS,
     SERVICES,
     ApiBadRequest,
@@ -136,19 +136,26 @@ class Controller:
         self._status_pending: dict[str, float] = {}
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
+        # Kinds of extra objects plugins want watched (a gang scheduler's PodGroup).
+        declared = plugins.owned_resources(settings.controller_config)
+        self.watched = [Resource.of(r.api_version, r.kind, r.plural) for r in declared]
+        self.resources = {**BY_API_KIND, **{(r.api_version, r.kind): r for r in self.watched}}
+        self.planner_settings = replace(settings.planner, with_replicas_kinds=frozenset(
+            r.kind for r in declared if r.with_replicas))
         self.informers: list[Informer[Any]] = []
         namespaces: list[str | None] = list(settings.namespaces) or [None]
         for ns in namespaces:
             for fw in plugins.frameworks.values():
                 self.informers.append(Informer(
                     kube, job_resource(fw.kind, fw.plural), ns, reduce_job, self._on_job))
-            for res in (PODS, SERVICES):
+            for res in (PODS, SERVICES, *self.watched):
                 self.informers.append(Informer(
                     kube, res, ns, self._owned_transform(res), self._on_owned,
                     label_selector=OWNED_SELECTOR))
 
     def _owned_transform(self, res: Resource) -> Any:
-        return lambda obj: reduce_owned(obj, res.kind, self._containers)
+        keep = res in self.watched
+        return lambda obj: reduce_owned(obj, res.kind, self._containers, keep=keep)
 
     # Cache events -----------------------------------------------------------------------
 
@@ -291,8 +298,10 @@ class Controller:
         pods, services, extras = self._observed(key, entry.uid, desired)
         decision = plan(job, desired, pods, services, extras,
                         lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes),
-                        settings=self.settings.planner,
+                        settings=self.planner_settings,
                         restart_together=framework.replicas_restart_together)
+        if self.watched:
+            decision.status = self._with_object_statuses(key, entry.uid, job, decision.status)
         await self._write_status(key, job, decision.status)
         await self._act(key, job, decision)
         if decision.requeue_after is not None:
@@ -328,6 +337,22 @@ class Controller:
             else:
                 extras.add(ref)
         return list(pods.values()), services, extras
+
+    def _with_object_statuses(self, key: str, uid: str, job: Job,
+                              status: JobStatus) -> JobStatus:
+        """`status` with what the job's watched objects report (`status.ownedObjects`)."""
+        reports = []
+        for entry in sorted(self.owned.of(key), key=lambda e: (e.kind, e.name)):
+            if entry.obj is None or entry.owner_uid != uid:
+                continue
+            report = self.plugins.object_status(job, entry.obj)
+            if report is not None:
+                reports.append(OwnedObjectStatus(kind=report.kind, name=report.name,
+                                                 phase=report.phase,
+                                                 message=report.message[:1000]))
+        if reports == (status.owned_objects or []):
+            return status
+        return status.model_copy(update={"owned_objects": reports or None})
 
     async def _write_status(self, key: str, job: Job, new: JobStatus) -> None:
         old = job.status
@@ -373,8 +398,14 @@ class Controller:
             calls.append(self._delete(SERVICES, ns, name))
         for svc in decision.create_services:
             calls.append(self._create(key, SERVICES, ns, svc))
+        for ref in decision.delete_extras:
+            kind, _, name = ref.partition("/")
+            res = next((r for r in self.watched if r.kind == kind), None)
+            if res is not None:
+                calls.append(self._delete(res, ns, name, expected_by=key))
         for obj in decision.create_extras:
-            calls.append(self._create(key, BY_KIND[obj["kind"]], ns, obj))
+            calls.append(self._create(key, self.resources[(obj["apiVersion"], obj["kind"])],
+                                      ns, obj))
         for pod in decision.create_pods:
             calls.append(self._create(key, PODS, ns, pod))
         if decision.delete_job:
@@ -407,7 +438,7 @@ class Controller:
         except ApiConflict:  # exists already (e.g. created before an operator restart)
             self.expectations.seen(key, ref, True)
             return "exists"
-        if res.kind in ("Pod", "Service"):
+        if res.kind in ("Pod", "Service") or res in self.watched:
             self.expectations.expect_create(key, ref)
         return "created"
 

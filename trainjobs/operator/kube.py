@@ -33,7 +33,7 @@ from trainjobs.operator.apierrors import (
 )
 
 # The error tree lives in apierrors; it is re-exported here, where callers meet it.
-__all__ = ["LIST_PAGE_SIZE", "Kube", "Resource", "connect"]
+__all__ = ["BY_API_KIND", "BY_KIND", "LIST_PAGE_SIZE", "Kube", "Resource", "connect"]
 __all__ += apierrors.__all__
 
 #: Objects per LIST page: what a re-list holds decoded at once.
@@ -48,6 +48,16 @@ class Resource:
     plural: str
     group: str = ""
     version: str = "v1"
+
+    @property
+    def api_version(self) -> str:
+        return self.version if not self.group else f"{self.group}/{self.version}"
+
+    @classmethod
+    def of(cls, api_version: str, kind: str, plural: str) -> Resource:
+        """The resource of an `apiVersion` as manifests write it (`v1`, `apps/v1`)."""
+        group, _, version = api_version.rpartition("/")
+        return cls(kind, plural, group, version)
 
     @property
     def path(self) -> str:
@@ -65,6 +75,10 @@ EVENTS = Resource("Event", "events")
 DEPLOYMENTS = Resource("Deployment", "deployments", "apps", "v1")
 LEASES = Resource("Lease", "leases", "coordination.k8s.io", "v1")
 BY_KIND = {r.kind: r for r in (PODS, SERVICES, EVENTS, DEPLOYMENTS, LEASES)}
+#: The same by (apiVersion, kind): what extra objects are created through. The controller adds
+#: the kinds plugins declare (`trainjobs_owned_resources`: the gang schedulers' PodGroups,
+#: two kinds of the same name in different groups).
+BY_API_KIND = {(r.api_version, r.kind): r for r in BY_KIND.values()}
 
 
 def job_resource(kind: str, plural: str) -> Resource:

@@ -16,6 +16,8 @@ from trainjobs.plugin.types import (
     CelRule,
     ClusterLayout,
     Framework,
+    ObjectStatus,
+    OwnedResource,
     RenderContext,
     Replica,
     ReplicaEnv,
@@ -24,7 +26,7 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.2"
+PLUGIN_API_VERSION = "1.3"
 
 __all__ = [
     "PLUGIN_API_VERSION",
@@ -35,6 +37,8 @@ __all__ = [
     "FrameworkPlugin",
     "Job",
     "JobSpec",
+    "ObjectStatus",
+    "OwnedResource",
     "PluginError",
     "RenderContext",
     "Replica",

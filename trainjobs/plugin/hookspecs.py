@@ -10,6 +10,10 @@ Hooks run in this fixed order (the order of this module; docs/plugins.md has the
    variables to inject.
 5. `trainjobs_extra_objects` — for each job, after its pods: further objects the job owns.
 6. `trainjobs_job_succeeded` — on every reconcile of a running job: the kind's success rule.
+7. `trainjobs_owned_resources` — once when the operator starts: kinds of extra objects it must
+   watch (since 1.3).
+8. `trainjobs_object_status` — on every reconcile, for each watched extra object: what it
+   reports, for the job's status (since 1.3).
 
 Steps 3-5 are one rendering of the job. Validation renders it too, with placeholder
 Kubernetes addresses, so environment collisions are refused before anything runs.
@@ -22,7 +26,7 @@ Rules every implementation follows (reconcile runs again and again on the same j
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -31,6 +35,8 @@ from trainjobs.api.models import Job
 from trainjobs.errors import SpecError
 from trainjobs.plugin.types import (
     Framework,
+    ObjectStatus,
+    OwnedResource,
     RenderContext,
     Replica,
     ReplicaEnv,
@@ -116,5 +122,31 @@ def trainjobs_job_succeeded(
     `outcomes` has one entry per expected replica. The first plugin to return a bool decides;
     return None for kinds you do not handle. Failure (permanent exits, backoffLimit, deadline)
     is the core's business, not this hook's.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def trainjobs_owned_resources(
+    controller_config: Mapping[str, object],
+) -> Sequence[OwnedResource] | None:
+    """Kinds of the objects this plugin's `trainjobs_extra_objects` creates that the operator
+    must watch (e.g. a gang scheduler's PodGroup). Since plugin API 1.3.
+
+    Called once when the operator starts, with its controller config; return nothing when the
+    feature is off (the kind's CRD may not even be installed). Watched objects are listed to
+    `trainjobs_object_status`; with `with_replicas` they are deleted whenever the job's pods
+    are (suspend, a finished job's cleanup) and recreated on resume. Kinds not declared are
+    created and left to garbage collection, as before.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def trainjobs_object_status(job: Job, obj: dict[str, Any]) -> ObjectStatus | None:
+    """What `obj`, a watched object the job owns (as the API server has it: apiVersion, kind,
+    metadata, spec, status), reports now, for the job's `status.ownedObjects`. Since 1.3.
+
+    Return None for objects you did not create. Data only, like every hook.
     """
     raise NotImplementedError

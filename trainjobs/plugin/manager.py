@@ -21,7 +21,15 @@ import pluggy
 from trainjobs.api.models import Job
 from trainjobs.errors import PluginError, SpecError
 from trainjobs.plugin import hookspecs
-from trainjobs.plugin.types import Framework, RenderContext, Replica, ReplicaEnv, ReplicaOutcome
+from trainjobs.plugin.types import (
+    Framework,
+    ObjectStatus,
+    OwnedResource,
+    RenderContext,
+    Replica,
+    ReplicaEnv,
+    ReplicaOutcome,
+)
 
 __all__ = ["ENTRY_POINT_GROUP", "LoadedPlugin", "PluginManager", "load_plugins"]
 
@@ -128,6 +136,19 @@ class PluginManager:
         if verdict is None:
             raise PluginError(f"no plugin implements the success rule of {job.kind}")
         return verdict
+
+    def owned_resources(self, controller_config: Mapping[str, object]) -> list[OwnedResource]:
+        """Every watched kind the plugins declare for this controller config, once each."""
+        found: dict[tuple[str, str], OwnedResource] = {}
+        for result in self._pm.hook.trainjobs_owned_resources(
+                controller_config=controller_config):
+            for res in result or ():
+                found.setdefault((res.api_version, res.kind), res)
+        return list(found.values())
+
+    def object_status(self, job: Job, obj: dict[str, Any]) -> ObjectStatus | None:
+        status: ObjectStatus | None = self._pm.hook.trainjobs_object_status(job=job, obj=obj)
+        return status
 
     def hook_names(self) -> list[str]:
         return sorted(name for name in dir(self._pm.hook) if name.startswith("trainjobs_"))

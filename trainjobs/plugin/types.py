@@ -19,6 +19,8 @@ __all__ = [
     "CelRule",
     "ClusterLayout",
     "Framework",
+    "ObjectStatus",
+    "OwnedResource",
     "RenderContext",
     "Replica",
     "ReplicaEnv",
@@ -187,3 +189,29 @@ class ReplicaOutcome:
     replica: Replica
     phase: ReplicaPhase
     exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class OwnedResource:
+    """A kind of object a plugin creates for jobs (through `trainjobs_extra_objects`) that the
+    operator must watch: to report its status (`trainjobs_object_status`), and, with
+    `with_replicas`, to delete it whenever the job's pods go (suspend; a finished job's
+    cleanup unless cleanPodPolicy is None) and create it again on resume — like a gang
+    scheduler's PodGroup, which must not hold a place in a queue for pods that do not exist.
+    """
+
+    api_version: str  # e.g. "scheduling.volcano.sh/v1beta1"
+    kind: str
+    plural: str
+    with_replicas: bool = False
+
+
+@dataclass(frozen=True)
+class ObjectStatus:
+    """What one object a plugin created for a job reports now, shown in the job's
+    `status.ownedObjects`: e.g. a PodGroup's phase and why it waits."""
+
+    kind: str
+    name: str
+    phase: str
+    message: str = ""
