@@ -116,6 +116,24 @@ def _replica_rules(framework: Framework) -> list[dict[str, str]]:
     return rules
 
 
+def _template_restart_policy_rule(framework: Framework) -> dict[str, str]:
+    """The CEL twin of validation's check: a template's restartPolicy must be what trainjobs
+    sets for the pods, never silently replaced (`self` is one replica spec)."""
+    rendered = "'Never'" if framework.replicas_restart_together else (
+        "(has(self.restartPolicy) && self.restartPolicy in ['OnFailure', 'Always'] ? "
+        "self.restartPolicy : 'Never')")
+    return {
+        "rule": "!has(self.template.spec) || !has(self.template.spec.restartPolicy) || "
+                f"self.template.spec.restartPolicy == {rendered}",
+        "fieldPath": ".template.spec.restartPolicy",
+        "message": "would be replaced by the pods' restartPolicy that trainjobs sets from this "
+                   "replica spec's restartPolicy: remove it from the template and set "
+                   "restartPolicy (Never, OnFailure, Always, ExitCode) beside template instead"
+                   + (f" ({framework.kind}'s pods always run with Never: its replicas "
+                      "restart together)" if framework.replicas_restart_together else ""),
+    }
+
+
 def _root_rules() -> list[dict[str, str]]:
     name_rule = (
         "self.spec.replicaSpecs.all(k, self.spec.replicaSpecs[k].replicas == 0 || "
@@ -139,6 +157,7 @@ def spec_schema(framework: Framework) -> dict[str, Any]:
     replica["properties"]["template"] = _template_schema()
     replica["properties"]["replicas"]["default"] = 1
     replica["properties"]["replicas"]["minimum"] = 0
+    replica["x-kubernetes-validations"] = [_template_restart_policy_rule(framework)]
     replica_specs["maxProperties"] = MAX_REPLICA_TYPES
     replica_specs["x-kubernetes-validations"] = _replica_rules(framework)
     schema["description"] = framework.description

@@ -154,6 +154,16 @@ def _two_shards(name: str, **fields: Any) -> dict[str, Any]:
     return manifest
 
 
+def _template_policy(policy: str, replica_policy: str | None = None
+                     ) -> Callable[[dict[str, Any]], None]:
+    def change(specs: dict[str, Any]) -> None:
+        specs["Worker"]["template"]["spec"]["restartPolicy"] = policy
+        if replica_policy is not None:
+            specs["Worker"]["restartPolicy"] = replica_policy
+
+    return change
+
+
 def _ps_only(specs: dict[str, Any]) -> None:
     specs.clear()
     specs["PS"] = rs("tensorflow")
@@ -187,6 +197,12 @@ INVALID = [
      "metadata.name is too long", "metadata.name"),
     ("negative-replicas", _with("TfJob", "negative", _set("Worker", -1)),
      "spec.replicaSpecs.Worker.replicas", "spec.replicaSpecs.Worker.replicas"),
+    ("template-restart-policy-tfjob", _with("TfJob", "tpl-onfailure", _template_policy(
+        "OnFailure")), "spec.replicaSpecs[Worker].template.spec.restartPolicy: Invalid value",
+     "spec.replicaSpecs.Worker.template.spec.restartPolicy"),
+    ("template-restart-policy-caffe2", _with("Caffe2Job", "c2-onfailure", _template_policy(
+        "OnFailure", "OnFailure")), "its replicas restart together",
+     "spec.replicaSpecs.Worker.template.spec.restartPolicy"),
 ]
 
 
@@ -217,9 +233,12 @@ def test_invalid_job_is_refused_by_the_api_server_and_parse_job(
     [valid("Caffe2Job", "c" * 54), valid("MxJob", "m" * 51), valid("TfJob", "t" * 54),
      _with("TfJob", "master-only", lambda s: s.update(Master=s.pop("Chief"))),
      _spec("TfJob", "t" * 51, tensorboard={"logDir": "/logs"}),
-     _with("TfJob", "workers-and-ps", lambda s: s.update(PS=s.pop("Chief")))],
+     _with("TfJob", "workers-and-ps", lambda s: s.update(PS=s.pop("Chief"))),
+     _with("TfJob", "tpl-same-policy", _template_policy("OnFailure", "OnFailure")),
+     _with("Caffe2Job", "c2-tpl-never", _template_policy("Never", "OnFailure"))],
     ids=["caffe2-54-chars", "mxjob-51-chars", "tfjob-54-chars", "tfjob-master",
-         "tfjob-tensorboard-51-chars", "tfjob-workers-and-ps"],
+         "tfjob-tensorboard-51-chars", "tfjob-workers-and-ps", "tfjob-template-policy-same",
+         "caffe2-template-never"],
 )
 def test_limits_accepted_by_both(
     bare_ns: Namespace, plugins: PluginManager, manifest: dict[str, Any]

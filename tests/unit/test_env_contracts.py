@@ -596,7 +596,6 @@ def test_user_labels_and_annotations_are_kept_but_trainjobs_labels_win() -> None
 def test_pod_restart_policy(policy: str, pod_policy: str) -> None:
     doc = mxjob("rp", server=1, worker=1)
     doc["spec"]["replicaSpecs"]["Worker"]["restartPolicy"] = policy
-    doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["restartPolicy"] = "Always"
     rendered = render(doc)
     assert rendered.pods["rp-worker-0"]["spec"]["restartPolicy"] == pod_policy
     assert rendered.pods["rp-server-0"]["spec"]["restartPolicy"] == "Never"

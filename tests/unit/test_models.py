@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainjobs.api.models import Job, ReplicaSpec, RestartPolicy, RunPolicy
-from trainjobs.core.render import ANNOTATION_ATTEMPT, POD_RESTART_POLICY
+from trainjobs.core.render import ANNOTATION_ATTEMPT, POD_RESTART_POLICY, pod_restart_policy
 from trainjobs.errors import SpecError, SpecInvalid
 
 from .helpers import (
@@ -222,6 +222,10 @@ def jobs_with_template(draw: st.DrawFn, kind: str) -> tuple[Doc, str, dict[str, 
     specs[key] = {"replicas": draw(st.integers(max(rtype.min_replicas, 1), most)),
                   "restartPolicy": draw(st.sampled_from([p.value for p in RestartPolicy])),
                   "template": tmpl}
+    if "restartPolicy" in tmpl["spec"]:
+        # Only the pods' own policy is accepted there (test_template_restart_policy.py).
+        tmpl["spec"]["restartPolicy"] = pod_restart_policy(
+            RestartPolicy(specs[key]["restartPolicy"]), framework)
     doc = {"apiVersion": "trainjobs.io/v1alpha1", "kind": kind,
            "metadata": {"name": draw(DNS_LABEL), "namespace": "team-a"},
            "spec": {"replicaSpecs": specs}}

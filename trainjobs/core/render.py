@@ -29,6 +29,7 @@ __all__ = [
     "RenderedJob",
     "expected_replicas",
     "kubernetes_layout",
+    "pod_restart_policy",
     "render_job",
     "replica_port",
 ]
@@ -68,6 +69,12 @@ class RenderedJob:
             if name in self.services:
                 out.append(self.services[name])
         return out + self.extras
+
+
+def pod_restart_policy(policy: RestartPolicy, framework: Framework) -> str:
+    """The restartPolicy of a replica's pods: from its replicaSpec's policy; always Never
+    where replicas restart together (a failure must reach the planner, which restarts all)."""
+    return "Never" if framework.replicas_restart_together else POD_RESTART_POLICY[policy]
 
 
 def expected_replicas(job: Job) -> list[Replica]:
@@ -179,10 +186,9 @@ def _render_pod(
     if meta.get("annotations"):
         pod_meta["annotations"] = dict(meta["annotations"])
     spec = template["spec"]
-    spec["restartPolicy"] = POD_RESTART_POLICY[rspec.restart_policy]
+    # A different restartPolicy in the template is refused by validation, never replaced.
+    spec["restartPolicy"] = pod_restart_policy(rspec.restart_policy, framework)
     if framework.replicas_restart_together:
-        # No in-place restart: a failure must reach the planner, which restarts every replica.
-        spec["restartPolicy"] = "Never"
         pod_meta.setdefault("annotations", {})[ANNOTATION_ATTEMPT] = str(job.status.attempt)
     scheduling = job.spec.run_policy.scheduling_policy
     if scheduling is not None and scheduling.priority_class and "priorityClassName" not in spec:

@@ -14,7 +14,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainjobs.api.models import API_VERSION, GROUP, Job, JobSpec, ObjectMeta
+from trainjobs.api.models import (
+    API_VERSION,
+    GROUP,
+    Job,
+    JobSpec,
+    ObjectMeta,
+    ReplicaSpec,
+    RestartPolicy,
+)
 from trainjobs.api.podtemplate import validate_pod_template
 from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.plugin.manager import PluginManager
@@ -120,6 +128,8 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager) -> list[Sp
         path = f"spec.replicaSpecs.{key}.template"
         template_errors = validate_pod_template(rspec.template, path)
         errors += template_errors
+        if not template_errors:
+            errors += _check_template_restart_policy(key, rspec, framework)
         rtype = framework.replica_type(key)
         if template_errors or rtype is None or rtype.container_optional:
             continue
@@ -146,6 +156,32 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager) -> list[Sp
         return errors + exc.errors
     names = [o["metadata"]["name"] for o in rendered.manifests()]
     return errors + _check_derived_names(job, names)
+
+
+def _check_template_restart_policy(key: str, rspec: ReplicaSpec,
+                                   framework: Framework) -> list[SpecError]:
+    """A template's restartPolicy is never silently replaced: it must be what trainjobs sets.
+
+    The seeds' manifests (tf-operator, caffe2-operator) write `restartPolicy: OnFailure` in
+    the template; here the replica's `restartPolicy` decides, and it says more (ExitCode)."""
+    from trainjobs.core.render import pod_restart_policy  # render imports this module
+
+    declared = rspec.template["spec"].get("restartPolicy")
+    rendered = pod_restart_policy(rspec.restart_policy, framework)
+    if declared is None or declared == rendered:
+        return []
+    path = f"spec.replicaSpecs.{key}.template.spec.restartPolicy"
+    if declared in (RestartPolicy.ON_FAILURE, RestartPolicy.ALWAYS) and \
+            rspec.restart_policy != declared:
+        return [SpecError(path, f"{declared} would be replaced by {rendered}: trainjobs sets "
+                          f"the pods' restartPolicy from spec.replicaSpecs.{key}.restartPolicy; "
+                          f"set replicaSpecs.{key}.restartPolicy: {declared} instead, and "
+                          "remove it from the template")]
+    why = (f"{framework.kind}'s replicas restart together, so their pods never restart in "
+           "place" if framework.replicas_restart_together else
+           f"from spec.replicaSpecs.{key}.restartPolicy: {rspec.restart_policy.value}")
+    return [SpecError(path, f"{declared} would be replaced by {rendered} ({why}); remove it "
+                      f"from the template: spec.replicaSpecs.{key}.restartPolicy decides")]
 
 
 def _parse_metadata(raw: Any, errors: list[SpecError]) -> ObjectMeta | None:
