@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainjobs.api.models import GROUP, VERSION, JobStatus
+from trainjobs.api.models import GROUP, MAX_REPLICAS, VERSION, JobStatus
 from trainjobs.api.podtemplate import crd_template_schema
 from trainjobs.core.validation import MAX_NAME_LENGTH
 from trainjobs.plugin.manager import PluginManager
@@ -113,6 +113,15 @@ def _replica_rules(framework: Framework) -> list[dict[str, str]]:
                 "rule": f"!('{name}' in self) || ({' && '.join(bounds)})",
                 "message": f"replicaSpecs.{name}.replicas must be {text}",
             })
+    rules.append({
+        # Guarded like every rule that does arithmetic on replicas: a value the schema refuses
+        # (a float, one over the maximum) must be reported by the schema, not by a rule that
+        # then fails to evaluate or misreads it.
+        "rule": f"!self.all(k, {_countable('self[k].replicas')}) || "
+                f"self.map(k, self[k].replicas).sum() <= {MAX_REPLICAS}",
+        "message": f"the replicas of all types together must be at most {MAX_REPLICAS} per job",
+        "reason": "FieldValueInvalid",
+    })
     return rules
 
 
@@ -134,11 +143,17 @@ def _template_restart_policy_rule(framework: Framework) -> dict[str, str]:
     }
 
 
+def _countable(expr: str) -> str:
+    """CEL: `expr` is a replica count the schema accepts (an int within 0..MAX_REPLICAS)."""
+    return f"(type({expr}) == int && {expr} >= 0 && {expr} <= {MAX_REPLICAS})"
+
+
 def _root_rules() -> list[dict[str, str]]:
+    count = "self.spec.replicaSpecs[k].replicas"
     name_rule = (
-        "self.spec.replicaSpecs.all(k, self.spec.replicaSpecs[k].replicas == 0 || "
+        f"self.spec.replicaSpecs.all(k, !{_countable(count)} || {count} == 0 || "
         "size(self.metadata.name) + size(k) + "
-        f"size(string(self.spec.replicaSpecs[k].replicas - 1)) + 2 <= {MAX_NAME_LENGTH})"
+        f"size(string({count} - 1)) + 2 <= {MAX_NAME_LENGTH})"
     )
     return [
         {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",

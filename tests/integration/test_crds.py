@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.integration.operator_helpers import CRDS_DIR, EXAMPLES, PLURALS, Namespace, job
+from trainjobs.api.models import MAX_DURATION_SECONDS, MAX_REPLICAS
 from trainjobs.core.validation import parse_job
 from trainjobs.errors import SpecInvalid
 from trainjobs.plugin.manager import PluginManager, load_plugins
@@ -203,6 +204,28 @@ INVALID = [
     ("template-restart-policy-caffe2", _with("Caffe2Job", "c2-onfailure", _template_policy(
         "OnFailure", "OnFailure")), "its replicas restart together",
      "spec.replicaSpecs.Worker.template.spec.restartPolicy"),
+    # Bounds that keep one job from exhausting the operator (issue 15.1, 15.2, 15.7).
+    ("replicas-over-maximum", _with("MxJob", "million", _set("Worker", 1_000_000)),
+     f"less than or equal to {MAX_REPLICAS}", "spec.replicaSpecs.Worker.replicas"),
+    ("replicas-sum-over-maximum",
+     _with("TfJob", "sum", lambda s: s.update(Worker=rs("tensorflow", 3000),
+                                              PS=rs("tensorflow", 3000))),
+     f"at most {MAX_REPLICAS} per job", "spec.replicaSpecs"),
+    ("negative-container-port",
+     _with("TfJob", "port", lambda s: s["Worker"]["template"]["spec"]["containers"][0]
+           .update(ports=[{"name": "tfjob-port", "containerPort": -1}])),
+     "containerPort", "spec.replicaSpecs.Worker.template.spec.containers[0].ports[0]"
+                      ".containerPort"),
+    ("container-port-over-65535",
+     _with("TfJob", "port-high", lambda s: s["Worker"]["template"]["spec"]["containers"][0]
+           .update(ports=[{"containerPort": 65536}])),
+     "containerPort", "spec.replicaSpecs.Worker.template.spec.containers[0].ports[0]"
+                      ".containerPort"),
+    ("deadline-beyond-dates", _spec("TfJob", "deadline",
+                                    runPolicy={"activeDeadlineSeconds": 2**63 - 1}),
+     "activeDeadlineSeconds", "spec.runPolicy.activeDeadlineSeconds"),
+    ("ttl-beyond-dates", _spec("TfJob", "ttl", runPolicy={"ttlSecondsAfterFinished": 2**40}),
+     "ttlSecondsAfterFinished", "spec.runPolicy.ttlSecondsAfterFinished"),
 ]
 
 
@@ -247,3 +270,32 @@ def test_limits_accepted_by_both(
     code, out = server_dry_run(bare_ns, manifest)
     assert code == 0, out
     parse_job(copy.deepcopy(manifest), plugins)
+
+
+def test_a_float_replica_count_is_refused_for_what_it_is(
+    bare_ns: Namespace, plugins: PluginManager
+) -> None:
+    """`replicas: 1000000.0` was refused with the name-length rule's message (a CEL rule doing
+    arithmetic on a value the schema should have refused): the refusal must be about the
+    number, and no rule may misattribute it."""
+    manifest = _with("MxJob", "floaty", lambda s: s["Worker"].update(replicas=1000000.0))
+    code, out = server_dry_run(bare_ns, manifest)
+    assert code != 0, out
+    assert "spec.replicaSpecs.Worker.replicas" in out, out
+    assert "too long" not in out and "per job" not in out, out
+    with pytest.raises(SpecInvalid) as refused:
+        parse_job(copy.deepcopy(manifest), plugins)
+    assert [e.path for e in refused.value.errors] == ["spec.replicaSpecs.Worker.replicas"]
+
+
+def test_replica_maximum_is_accepted_by_both(bare_ns: Namespace, plugins: PluginManager) -> None:
+    """The maxima themselves are accepted (no off-by-one): one type at the maximum."""
+    manifest = _with("Caffe2Job", "c2", lambda s: s["Worker"].update(replicas=MAX_REPLICAS))
+    manifest["spec"]["backend"] = {"type": "redis", "redisHost": "redis"}
+    code, out = server_dry_run(bare_ns, manifest)
+    assert code == 0, out
+    deadline = _spec("TfJob", "far", runPolicy={"activeDeadlineSeconds": MAX_DURATION_SECONDS,
+                                                "ttlSecondsAfterFinished": MAX_DURATION_SECONDS})
+    code, out = server_dry_run(bare_ns, deadline)
+    assert code == 0, out
+    parse_job(copy.deepcopy(deadline), plugins)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from trainjobs.api.models import MAX_DURATION_SECONDS, MAX_REPLICAS
 from trainjobs.crdgen import CATEGORY, crd_file_name, crd_for, write_crds
 from trainjobs.plugin.types import Framework
 
@@ -28,6 +29,9 @@ KINDS = {
     "TfJob": ("tfjobs", ["tfj"]),
     "Caffe2Job": ("caffe2jobs", ["c2j"]),
 }
+TOTAL_RULE = (f"!self.all(k, (type(self[k].replicas) == int && self[k].replicas >= 0 && "
+              f"self[k].replicas <= {MAX_REPLICAS})) || "
+              f"self.map(k, self[k].replicas).sum() <= {MAX_REPLICAS}")
 REPLICA_RULES = {
     "MxJob": {
         "self.all(k, k in ['Scheduler', 'Server', 'Worker'])",
@@ -38,6 +42,7 @@ REPLICA_RULES = {
         "!('Server' in self) || (self['Server'].replicas >= 1)",
         "'Worker' in self",
         "!('Worker' in self) || (self['Worker'].replicas >= 1)",
+        TOTAL_RULE,
     },
     "TfJob": {
         "self.all(k, k in ['Chief', 'Master', 'Worker', 'PS', 'Evaluator'])",
@@ -48,11 +53,13 @@ REPLICA_RULES = {
         "!('PS' in self) || (self['PS'].replicas >= 0)",
         "!('Evaluator' in self) || (self['Evaluator'].replicas >= 0 && "
         "self['Evaluator'].replicas <= 1)",
+        TOTAL_RULE,
     },
     "Caffe2Job": {
         "self.all(k, k in ['Worker'])",
         "'Worker' in self",
         "!('Worker' in self) || (self['Worker'].replicas >= 1)",
+        TOTAL_RULE,
     },
 }
 
@@ -137,7 +144,8 @@ def test_replica_spec_rules(kind: str) -> None:
     item = replica_specs["additionalProperties"]
     assert item["required"] == ["template"]
     replicas = item["properties"]["replicas"]
-    assert (replicas["type"], replicas["minimum"], replicas["default"]) == ("integer", 0, 1)
+    assert (replicas["type"], replicas["minimum"], replicas["maximum"], replicas["default"]) == (
+        "integer", 0, MAX_REPLICAS, 1)
     assert item["properties"]["restartPolicy"]["enum"] == ["Never", "OnFailure", "Always",
                                                            "ExitCode"]
 
@@ -148,6 +156,23 @@ def test_root_rules_on_names(kind: str) -> None:
     rules = [r["rule"] for r in schema["x-kubernetes-validations"]]
     assert "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')" in rules
     assert any("<= 63" in r and "self.spec.replicaSpecs" in r for r in rules)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_durations_and_ports_are_bounded(kind: str) -> None:
+    """Every duration fits in a datetime from any date a status may hold; every container
+    port is one the API server accepts (issue 15.2, 15.7)."""
+    spec = open_api(checked_in(kind))["properties"]["spec"]
+    run_policy = spec["properties"]["runPolicy"]["properties"]
+    for name in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        assert run_policy[name]["maximum"] == MAX_DURATION_SECONDS, name
+    ports: list[dict[str, Any]] = []
+    _find(spec, lambda n: "containerPort" in n.get("properties", {}) and not ports.append(n))
+    assert len(ports) == 3, "containers, initContainers, ephemeralContainers"
+    for node in ports:
+        port, host = node["properties"]["containerPort"], node["properties"]["hostPort"]
+        assert (port["minimum"], port["maximum"]) == (1, 65535)
+        assert (host["minimum"], host["maximum"]) == (0, 65535)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -19,6 +19,8 @@ from pydantic.alias_generators import to_camel
 __all__ = [
     "API_VERSION",
     "GROUP",
+    "MAX_DURATION_SECONDS",
+    "MAX_REPLICAS",
     "VERSION",
     "CleanPodPolicy",
     "Condition",
@@ -40,6 +42,14 @@ __all__ = [
 GROUP = "trainjobs.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+#: Most replicas of one type, and of one job in all (the CRD enforces both; the operator's
+#: --max-replicas-per-job may lower the second). A job's cost grows with its replicas, and
+#: with the square of them in bytes for the frameworks whose every replica lists every address
+#: (TF_CONFIG, MX_CONFIG): without a bound one job can exhaust the operator for everyone.
+MAX_REPLICAS = 5000
+#: Longest duration, in seconds, a spec may ask for (100 years): beyond any training run, and
+#: far inside what a datetime holds (year 9999), so a deadline or a TTL never overflows.
+MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600
 
 
 class SpecModel(BaseModel):
@@ -71,16 +81,19 @@ class ElasticPolicy(SpecModel):
     """Bounds for elastic workers: the job keeps Running while at least minReplicas run."""
 
     min_replicas: int = Field(
-        ge=0, strict=True, description="Fewest workers with which the job keeps running."
+        ge=0, le=MAX_REPLICAS, strict=True,
+        description="Fewest workers with which the job keeps running.",
     )
-    max_replicas: int = Field(ge=1, strict=True, description="Most workers the job may scale to.")
+    max_replicas: int = Field(ge=1, le=MAX_REPLICAS, strict=True,
+                              description="Most workers the job may scale to.")
 
 
 class ReplicaSpec(SpecModel):
     """How many replicas of one type to run, and the pod template each one runs."""
 
     replicas: int = Field(
-        default=1, ge=0, strict=True, description="Number of replicas of this type (default 1)."
+        default=1, ge=0, le=MAX_REPLICAS, strict=True,
+        description=f"Number of replicas of this type (default 1, at most {MAX_REPLICAS})."
     )
     restart_policy: RestartPolicy = Field(
         default=RestartPolicy.NEVER,
@@ -101,7 +114,7 @@ class ReplicaSpec(SpecModel):
 class SchedulingPolicy(SpecModel):
     """Gang scheduling settings (a PodGroup for batch schedulers)."""
 
-    min_available: int | None = Field(default=None, ge=1, strict=True)
+    min_available: int | None = Field(default=None, ge=1, le=MAX_REPLICAS, strict=True)
     queue: str | None = None
     priority_class: str | None = None
 
@@ -120,11 +133,12 @@ class RunPolicy(SpecModel):
         description="Restarts allowed across the job before it Fails (default 6, as batch/v1).",
     )
     active_deadline_seconds: int | None = Field(
-        default=None, ge=1, strict=True, description="Wall-clock limit from start; then Failed."
+        default=None, ge=1, le=MAX_DURATION_SECONDS, strict=True,
+        description="Wall-clock limit from start; then Failed (at most 100 years).",
     )
     ttl_seconds_after_finished: int | None = Field(
-        default=None, ge=0, strict=True,
-        description="Delete the job this long after it finished.",
+        default=None, ge=0, le=MAX_DURATION_SECONDS, strict=True,
+        description="Delete the job this long after it finished (at most 100 years).",
     )
     suspend: bool = Field(
         default=False, strict=True, description="true: delete pods, keep the job."

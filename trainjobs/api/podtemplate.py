@@ -22,7 +22,7 @@ from jsonschema.exceptions import ValidationError
 
 from trainjobs.errors import SpecError
 
-__all__ = ["KUBERNETES_VERSION", "crd_template_schema", "validate_pod_template"]
+__all__ = ["KUBERNETES_VERSION", "PORT_RANGES", "crd_template_schema", "validate_pod_template"]
 
 
 @cache
@@ -32,7 +32,25 @@ def _schema_document() -> dict[str, Any]:
     # Upstream's PodTemplateSpec requires nothing, but a template without a pod spec runs
     # nothing (and the core reads template.spec.containers): refuse it, here and in the CRDs.
     doc["schema"].setdefault("required", ["spec"])
+    _bound_ports(doc["schema"])
     return doc
+
+
+#: What the API server's pod validation requires of a container's ports (hostPort 0: none).
+#: Upstream's OpenAPI schema says only int32, so a template with `containerPort: -1` passed
+#: the CRD and rendering, then every pod and Service of the job was refused with a 422.
+PORT_RANGES = {"containerPort": (1, 65535), "hostPort": (0, 65535)}
+
+
+def _bound_ports(node: dict[str, Any]) -> None:
+    """Adds PORT_RANGES to every ContainerPort in the schema (containers, init, ephemeral)."""
+    for name, prop in node.get("properties", {}).items():
+        if name in PORT_RANGES and prop.get("type") == "integer":
+            prop["minimum"], prop["maximum"] = PORT_RANGES[name]
+        _bound_ports(prop)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _bound_ports(node[key])
 
 
 KUBERNETES_VERSION: str = _schema_document()["kubernetesVersion"]
@@ -97,11 +115,19 @@ def _describe(error: ValidationError) -> tuple[list[str | int], str]:
     if error.validator == "type":
         expected = error.validator_value
         return parts, f"expected {expected}, got {type(error.instance).__name__}"
+    if error.validator in ("minimum", "maximum"):
+        low, high = _bounds(error.schema)
+        return parts, f"must be between {low} and {high}, got {error.instance!r}"
     if error.validator == "enum":
         values = error.validator_value if isinstance(error.validator_value, list) else []
         allowed = ", ".join(map(str, values))
         return parts, f"{error.instance!r} is not one of: {allowed}"
     return parts, error.message
+
+
+def _bounds(schema: Any) -> tuple[Any, Any]:
+    node = schema if isinstance(schema, Mapping) else {}
+    return node.get("minimum", "-inf"), node.get("maximum", "inf")
 
 
 def validate_pod_template(template: Any, path: str) -> list[SpecError]:

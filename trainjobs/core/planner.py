@@ -185,7 +185,7 @@ def plan(
     deadline = job.spec.run_policy.active_deadline_seconds
     started = _parse(state.status.get("startTime"))
     if state.failure is None and deadline is not None and started is not None:
-        ends = started + timedelta(seconds=deadline)
+        ends = _after(started, deadline)
         if now >= ends:
             state.failure = ("DeadlineExceeded", f"the job ran longer than "
                              f"activeDeadlineSeconds ({deadline}s)")
@@ -400,7 +400,7 @@ def _finish(
     ttl = job.spec.run_policy.ttl_seconds_after_finished
     completed = job.status.completion_time
     if ttl is not None and completed is not None:
-        expires = completed + timedelta(seconds=ttl)
+        expires = _after(completed, ttl)
         if state.now >= expires:
             plan_.delete_job = True
             plan_.events.append(Event("Normal", "TTLExpired", f"deleting {job.kind} {job.name}:"
@@ -588,6 +588,14 @@ def _clear_exclusive(state: _State, ctype: ConditionType, reason: str, message: 
 def _conclude(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
     _set_exclusive(state, ctype, reason, message)
     state.status["completionTime"] = _iso(state.now)
+
+
+def _after(start: datetime, seconds: int) -> datetime:
+    """`start` plus `seconds`; a moment past what a datetime holds (year 9999) never comes."""
+    try:
+        return start + timedelta(seconds=seconds)
+    except OverflowError:
+        return datetime.max.replace(tzinfo=UTC)
 
 
 def _requeue(plan_: Plan, seconds: float) -> None:

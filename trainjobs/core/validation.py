@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from trainjobs.api.models import (
     API_VERSION,
     GROUP,
+    MAX_REPLICAS,
     Job,
     JobSpec,
     ObjectMeta,
@@ -29,12 +30,23 @@ from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework
 from trainjobs.yamlio import describe, load_documents, read_documents
 
-__all__ = ["DNS1035", "MAX_NAME_LENGTH", "JobFile", "is_job_document", "load_job_file",
-           "parse_job", "parse_job_documents", "split_jobs"]
+__all__ = ["DNS1035", "MAX_NAME_LENGTH", "JobFile", "ReplicaLimit", "is_job_document",
+           "load_job_file", "parse_job", "parse_job_documents", "split_jobs"]
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME_LENGTH = 63
 TOP_LEVEL_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+
+
+@dataclass(frozen=True)
+class ReplicaLimit:
+    """The most replicas one job may have in all, and who set it (named in the refusal)."""
+
+    most: int = MAX_REPLICAS
+    set_by: str = "the trainjobs CRDs"
+
+
+CRD_LIMIT = ReplicaLimit()
 
 
 @dataclass(frozen=True)
@@ -93,8 +105,12 @@ def split_jobs(docs: list[Any], plugins: PluginManager, source: str = "") -> Job
     return JobFile(jobs, ignored)
 
 
-def parse_job(doc: Any, plugins: PluginManager, source: str = "") -> Job:
-    """Validate one job document; raise `SpecInvalid` with every problem found."""
+def parse_job(doc: Any, plugins: PluginManager, source: str = "",
+              limit: ReplicaLimit = CRD_LIMIT) -> Job:
+    """Validate one job document; raise `SpecInvalid` with every problem found.
+
+    A job over `limit` is refused before anything is rendered: its cost grows with its
+    replicas, so the check must not pay it."""
     if not isinstance(doc, dict):
         raise SpecInvalid([SpecError("", "a job must be a mapping with apiVersion, kind, "
                                          "metadata and spec")], source)
@@ -114,15 +130,18 @@ def parse_job(doc: Any, plugins: PluginManager, source: str = "") -> Job:
     if meta is None or spec is None:
         raise SpecInvalid(errors, source)
     job = Job(kind=framework.kind, metadata=meta, spec=spec)
-    errors += check_job(job, framework, plugins)
+    errors += check_job(job, framework, plugins, limit)
     if errors:
         raise SpecInvalid(errors, source)
     return job
 
 
-def check_job(job: Job, framework: Framework, plugins: PluginManager) -> list[SpecError]:
+def check_job(job: Job, framework: Framework, plugins: PluginManager,
+              limit: ReplicaLimit = CRD_LIMIT) -> list[SpecError]:
     """The checks beyond the models: replica rules, names, pod templates, plugins, env."""
-    errors = _check_replicas(job.spec, framework)
+    errors = _check_replicas(job.spec, framework, limit)
+    if errors:
+        return errors  # (rendering a job of a million replicas is what the limit prevents)
     errors += _check_names(job, framework)
     for key, rspec in job.spec.replica_specs.items():
         path = f"spec.replicaSpecs.{key}.template"
@@ -221,7 +240,8 @@ def _pydantic_errors(exc: ValidationError, root: str) -> list[SpecError]:
     return out
 
 
-def _check_replicas(spec: JobSpec, framework: Framework) -> list[SpecError]:
+def _check_replicas(spec: JobSpec, framework: Framework, limit: ReplicaLimit
+                    ) -> list[SpecError]:
     errors: list[SpecError] = []
     allowed = [n for t in framework.replica_types for n in t.names]
     by_type: dict[str, list[str]] = {}
@@ -250,8 +270,13 @@ def _check_replicas(spec: JobSpec, framework: Framework) -> list[SpecError]:
             errors.append(SpecError(path, f"must be at least {rtype.min_replicas}, got {count}"))
         if rtype.max_replicas is not None and count > rtype.max_replicas:
             errors.append(SpecError(path, f"must be at most {rtype.max_replicas}, got {count}"))
-    if not any(r.replicas for r in spec.replica_specs.values()) and not errors:
+    total = sum(r.replicas for r in spec.replica_specs.values())
+    if not total and not errors:
         errors.append(SpecError("spec.replicaSpecs", "the job has no replicas to run"))
+    if total > limit.most:
+        errors.append(SpecError("spec.replicaSpecs", f"the job has {total} replicas in all, "
+                                f"more than the maximum of {limit.most} per job set by "
+                                f"{limit.set_by}"))
     return errors
 
 

@@ -60,8 +60,12 @@ def owner_of(obj: dict[str, Any]) -> tuple[str, str] | None:
     """(job key, job uid) of the trainjobs job controlling `obj`, if any."""
     meta = obj.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
+        if not isinstance(ref, dict):
+            continue
         if ref.get("controller") and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
-            return job_key(ref["kind"], meta.get("namespace", ""), ref["name"]), ref["uid"]
+            kind, name, uid = ref.get("kind"), ref.get("name"), ref.get("uid")
+            if kind and name and uid:
+                return job_key(str(kind), str(meta.get("namespace", "")), str(name)), str(uid)
     return None
 
 

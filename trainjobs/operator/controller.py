@@ -52,6 +52,7 @@ from trainjobs.operator.kube import (
 )
 from trainjobs.operator.workqueue import WorkQueue
 from trainjobs.plugin.manager import PluginManager
+from trainjobs.plugin.types import Framework
 
 __all__ = ["Controller", "ControllerSettings"]
 
@@ -161,7 +162,8 @@ class Controller:
 
     def _on_job(self, etype: str, key: Key, new: JobEntry | None, old: JobEntry | None) -> None:
         entry = new or old
-        assert entry is not None
+        if entry is None:
+            return  # (nothing cached changed)
         jkey = job_key(entry.kind, *key)
         current = self.jobs.get(jkey)
         if new is None:
@@ -193,7 +195,10 @@ class Controller:
         if new is not None:
             self.owned.put(new)
         entry = new or old
-        assert entry is not None
+        if entry is None:
+            # Labelled like ours but owned by no job of ours (`kubectl run --labels=...`, the
+            # TensorBoard pod of a job deleted by TTL): not ours to track, nor an error.
+            return
         self.expectations.seen(entry.job, f"{entry.kind}/{entry.name}", new is not None)
         if entry.job in self.jobs:
             self.queue.add(entry.job)
@@ -265,8 +270,7 @@ class Controller:
             return RenderedJob()
         if parsed.desired is not None and parsed.attempt == job.status.attempt:
             return parsed.desired.unpack()
-        framework = self.plugins.framework_for(job.kind)
-        assert framework is not None
+        framework = self._framework(job.kind)
         rendered = render_job(job, framework, self.plugins, backend="kubernetes",
                               controller_config=self.settings.controller_config)
         parsed.desired = PackedRender.pack(rendered)
@@ -287,8 +291,7 @@ class Controller:
             "status": status,
             "metadata": parsed.job.metadata.model_copy(update={"deletion_timestamp": deleted}),
         })
-        framework = self.plugins.framework_for(job.kind)
-        assert framework is not None
+        framework = self._framework(job.kind)
         finished = status.state in ("Succeeded", "Failed")
         desired = self._desired(parsed, job, finished)
         if finished:
@@ -485,9 +488,16 @@ class Controller:
                   spec=JobSpec.model_construct(replica_specs={}), status=status)
         await self._fail(key, job, "InvalidSpec", message)
 
-    def _resource(self, kind: str) -> Resource:
+    def _framework(self, kind: str) -> Framework:
+        """The framework of a kind we watch (a job of another kind never reaches here; if one
+        did, that is an error of this job alone, never an assertion)."""
         framework = self.plugins.framework_for(kind)
-        assert framework is not None
+        if framework is None:
+            raise PermanentError(f"no installed plugin serves the kind {kind!r}")
+        return framework
+
+    def _resource(self, kind: str) -> Resource:
+        framework = self._framework(kind)
         return job_resource(framework.kind, framework.plural)
 
 

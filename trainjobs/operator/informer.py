@@ -141,7 +141,9 @@ class Informer(Generic[T]):
                     self.store[key] = new
             if rv:
                 self.resource_version = rv
-            if new != old or etype == "DELETED":
+            if new != old:
+                # (An object the transform drops, e.g. a labelled pod no job of ours owns,
+                # changes nothing cached: no handler runs for it.)
                 self.on_change(str(etype), key, new, old)
 
 
