@@ -17,11 +17,18 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from trainjobs.api.models import Job, JobSpec, JobStatus, ObjectMeta, OwnedObjectStatus
+from trainjobs.api.models import (
+    MAX_REPLICAS,
+    Job,
+    JobSpec,
+    JobStatus,
+    ObjectMeta,
+    OwnedObjectStatus,
+)
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.planner import Plan, PlannerSettings, plan
 from trainjobs.core.render import RenderedJob, render_job
-from trainjobs.core.validation import parse_job
+from trainjobs.core.validation import ReplicaLimit, parse_job
 from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
 from trainjobs.operator import metrics
 from trainjobs.operator.cache import (
@@ -69,6 +76,8 @@ class ControllerSettings:
     expectation_timeout: float = 120.0
     create_parallelism: int = 16
     controller_config: dict[str, Any] = field(default_factory=dict)
+    # Most replicas one job may have in all (--max-replicas-per-job); at most the CRDs' own.
+    max_replicas_per_job: int = MAX_REPLICAS
     planner: PlannerSettings = field(default_factory=PlannerSettings)
 
 
@@ -81,6 +90,18 @@ class _Parsed:
     error: SpecInvalid | None = None
     # The attempt `desired` was rendered for (kinds whose replicas restart together).
     attempt: int = 0
+
+
+class NameConflict(Exception):
+    """An object the job must create exists and belongs to someone else: never adopted."""
+
+
+def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The controller ownerReference of an object as the API server returned it, if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
 
 
 class Expectations:
@@ -252,9 +273,11 @@ class Controller:
         if cached is not None and cached.generation == entry.generation and \
                 cached.uid == entry.uid:
             return cached
+        limit = ReplicaLimit(self.settings.max_replicas_per_job,
+                             "this operator (--max-replicas-per-job)")
         try:
-            parsed = _Parsed(entry.generation, entry.uid, parse_job(entry.raw, self.plugins, key),
-                             None)
+            parsed = _Parsed(entry.generation, entry.uid,
+                             parse_job(entry.raw, self.plugins, key, limit), None)
         except SpecInvalid as exc:
             parsed = _Parsed(entry.generation, entry.uid, None, None, exc)
         self._parsed[key] = parsed
@@ -423,6 +446,11 @@ class Controller:
             await self.events.emit(job, "Normal", "Created", f"created {created} objects "
                                    f"({pods} pods) for {job.kind} {job.name}")
         for err in errors:
+            if isinstance(err, NameConflict):
+                await self._fail(key, job.model_copy(update={"status": decision.status}),
+                                 "NameConflict", str(err))
+                return
+        for err in errors:
             if isinstance(err, ApiBadRequest | ApiForbidden | ApiInvalid) and not err.retryable:
                 # The API server refuses what we built from this job: it cannot run as is.
                 # Fail from the status this reconcile just wrote (Created, startTime, replica
@@ -439,11 +467,39 @@ class Controller:
         try:
             await self.kube.create(res, ns, body)
         except ApiConflict:  # exists already (e.g. created before an operator restart)
+            await self._check_owner(res, ns, body)
             self.expectations.seen(key, ref, True)
             return "exists"
         if res.kind in ("Pod", "Service") or res in self.watched:
             self.expectations.expect_create(key, ref)
         return "created"
+
+    async def _check_owner(self, res: Resource, ns: str, body: dict[str, Any]) -> None:
+        """An object of the name we create exists: it counts as created only when this job
+        controls it (the ownerReference's uid). One of an earlier job of the same kind and
+        name is waiting for the garbage collector: retry. Anything else (a job of another
+        kind with the same name, an object nobody owns) is a conflict this job cannot
+        resolve: raise `NameConflict`, naming the owner."""
+        meta = body["metadata"]
+        ours = meta["ownerReferences"][0]
+        try:
+            existing = await self.kube.get(res, ns, meta["name"])
+        except ApiNotFound:
+            raise TemporaryError(f"{res.kind} {meta['name']} was deleted as we created it; "
+                                 "creating it again") from None
+        owner = controller_of(existing)
+        if owner is not None and owner.get("uid") == ours["uid"]:
+            return
+        if owner is not None and (owner.get("kind"), owner.get("name")) == (ours["kind"],
+                                                                            ours["name"]):
+            raise TemporaryError(f"{res.kind} {meta['name']} of an earlier {ours['kind']} "
+                                 f"{ours['name']} is still there; waiting for the garbage "
+                                 "collector")
+        who = (f"{owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')})"
+               if owner is not None else "no controller (not created by trainjobs for this job)")
+        raise NameConflict(f"{res.kind} {meta['name']} already exists in namespace {ns} and "
+                           f"is controlled by {who}; {ours['kind']} {ours['name']} needs that "
+                           "name: delete or rename one of them")
 
     async def _delete(self, res: Resource, ns: str, name: str,
                       expected_by: str | None = None) -> str:

@@ -48,6 +48,7 @@ def run_operator(args: argparse.Namespace) -> int:
     settings = ControllerSettings(
         namespaces=tuple(args.namespace), concurrency=args.concurrency,
         status_coalesce_seconds=args.status_coalesce,
+        max_replicas_per_job=args.max_replicas_per_job,
         controller_config=_controller_config(args.controller_config_file))
     host, _, port = args.http_address.rpartition(":")
     lease = LeaseSettings(args.leader_election_namespace, args.leader_election_id,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from trainjobs.api.models import MAX_REPLICAS
+
 __all__ = ["add_operator_arguments"]
 
 
@@ -32,7 +34,18 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
                         "LISTs get at least 120)")
     p.add_argument("--status-coalesce", type=float, default=1.0, metavar="SECONDS",
                    help="write count-only status changes at most this often per job")
+    p.add_argument("--max-replicas-per-job", type=_replica_limit, default=MAX_REPLICAS,
+                   metavar="N",
+                   help=f"refuse (InvalidSpec) a job with more replicas in all (default and "
+                        f"most: {MAX_REPLICAS}, the CRDs' own limit)")
     p.add_argument("--gc-thaw-interval", type=float, default=3600.0, metavar="SECONDS",
                    help="the garbage collector's full walks skip what survived the last one, "
                         "except one walk of everything per interval (default 3600; 0: "
                         "CPython's collector as it is)")
+
+
+def _replica_limit(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= MAX_REPLICAS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_REPLICAS} (the CRDs refuse more)")
+    return value
