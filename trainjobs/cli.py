@@ -1,4 +1,4 @@
-"""The `trainjobs` command: operator, run, render, crds, plugins.
+"""The `trainjobs` command: operator, run, render, convert, crds, plugins.
 
 Why argparse: the standard library is enough for five subcommands, and it keeps start-up fast
 (`trainjobs render` runs in CI loops). Every user mistake ends as one clear message on stderr
@@ -34,6 +34,33 @@ def _cmd_render(args: argparse.Namespace) -> int:
         docs += render_job(job, framework, plugins).manifests()
     if loaded.ignored:
         print(ignored_note(loaded.ignored), file=sys.stderr)
+    sys.stdout.write(dump_all(docs))
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from trainjobs.convert import convert_documents
+    from trainjobs.errors import SpecError
+    from trainjobs.yamlio import read_documents
+
+    docs: list[object] = []
+    errors: list[SpecInvalid] = []
+    for name in args.files:
+        try:
+            result = convert_documents(read_documents(Path(name)), source=name)
+        except SpecInvalid as exc:
+            errors.append(exc)
+            continue
+        docs += result.documents
+        for ref, note in result.notes:
+            print(f"{name}: {ref}: {note}", file=sys.stderr)
+        if result.passed:
+            print(f"{name}: unchanged: {', '.join(result.passed)}", file=sys.stderr)
+    if errors:
+        # Every file's refusals, not only the first file's: fix them all in one pass.
+        problems = [SpecError(f"{e.source}: {p.path}" if p.path else e.source, p.message)
+                    for e in errors for p in e.errors]
+        raise SpecInvalid(problems, "cannot convert")
     sys.stdout.write(dump_all(docs))
     return 0
 
@@ -84,6 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="print the pods and Services a job would get")
     render.add_argument("job", help="job YAML file")
     render.set_defaults(func=_cmd_render)
+
+    convert = sub.add_parser(
+        "convert", help="rewrite Kubeflow / old operator jobs (TFJob, MXJob, Caffe2Job) as "
+                        "trainjobs jobs",
+        description="Prints every document of FILE... as YAML: Kubeflow and old-operator "
+                    "training jobs rewritten as trainjobs jobs, other objects unchanged. What "
+                    "changed and what has no equivalent goes to stderr; a field that cannot "
+                    "be expressed refuses the conversion (exit 2) naming its path.")
+    convert.add_argument("files", nargs="+", metavar="FILE", help="YAML file(s)")
+    convert.set_defaults(func=_cmd_convert)
 
     crds = sub.add_parser("crds", help="CRDs for every installed kind")
     crds.add_argument("-o", "--output", metavar="DIR", help="write one file per kind into DIR")
