@@ -36,6 +36,9 @@ from trainjobs.operator.apierrors import (
 __all__ = ["BY_API_KIND", "BY_KIND", "LIST_PAGE_SIZE", "Kube", "Resource", "connect"]
 __all__ += apierrors.__all__
 
+#: Query parameters of a request, in order.
+Query = list[tuple[str, Any]]
+
 #: Objects per LIST page: what a re-list holds decoded at once.
 LIST_PAGE_SIZE = 500
 
@@ -173,16 +176,16 @@ class Kube:
                                   content_type="application/merge-patch+json")
 
     async def list_pages(self, resource: Resource, namespace: str | None, *,
-                         label_selector: str = "", limit: int = LIST_PAGE_SIZE
+                         label_selector: str = "", field_selector: str = "",
+                         limit: int = LIST_PAGE_SIZE
                          ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
         """The objects one page at a time, each with the list's resourceVersion. A caller that
         keeps only part of each object never holds more than one page of whole objects (20,000
         pods as decoded JSON would be a few hundred MB)."""
         cont = ""
         while True:
-            query: list[tuple[str, Any]] = [("limit", limit)]
-            if label_selector:
-                query.append(("labelSelector", label_selector))
+            query: list[tuple[str, Any]] = [("limit", limit),
+                                            *_selectors(label_selector, field_selector)]
             if cont:
                 query.append(("continue", cont))
             page = await self.request("GET", resource.url(namespace), query=query,
@@ -194,40 +197,51 @@ class Kube:
                 return
 
     async def list(self, resource: Resource, namespace: str | None, *,
-                   label_selector: str = "", limit: int = LIST_PAGE_SIZE
-                   ) -> tuple[list[dict[str, Any]], str]:
+                   label_selector: str = "", field_selector: str = "",
+                   limit: int = LIST_PAGE_SIZE) -> tuple[list[dict[str, Any]], str]:
         """Every object (paged), and the list's resourceVersion to watch from."""
         items: list[dict[str, Any]] = []
         rv = ""
         async for page, page_rv in self.list_pages(resource, namespace,
-                                                   label_selector=label_selector, limit=limit):
+                                                   label_selector=label_selector,
+                                                   field_selector=field_selector, limit=limit):
             items.extend(page)
             rv = page_rv
         return items, rv
 
     async def watch(self, resource: Resource, namespace: str | None, resource_version: str, *,
-                    label_selector: str = "",
+                    label_selector: str = "", field_selector: str = "",
                     timeout_seconds: int = 300) -> AsyncIterator[dict[str, Any]]:
         """Watch events from `resource_version`, with bookmarks, until the server ends it."""
         query: list[tuple[str, Any]] = [
             ("watch", "true"), ("allowWatchBookmarks", "true"),
-            ("resourceVersion", resource_version), ("timeoutSeconds", timeout_seconds)]
-        if label_selector:
-            query.append(("labelSelector", label_selector))
+            ("resourceVersion", resource_version), ("timeoutSeconds", timeout_seconds),
+            *_selectors(label_selector, field_selector)]
+        async for line in self.stream_lines(resource.url(namespace), query, "WATCH",
+                                            timeout_seconds + 30):
+            if line.strip():
+                yield json.loads(line)
+
+    async def stream_lines(self, url: str, query: Query, verb: str = "GET",
+                           timeout: float | None = None, *,
+                           unterminated: bool = False) -> AsyncIterator[bytes]:
+        """A streamed GET (a watch, a followed pod log) one line at a time, without its
+        newline; `unterminated`: also the text after the last newline (a log's last line).
+        Raises `ApiError`; `WatchDropped` when the stream breaks after it began."""
         try:
             resp = await self.api.call_api(
-                resource.url(namespace), "GET", query_params=query,
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                _preload_content=False, _request_timeout=timeout_seconds + 30)
+                url, "GET", query_params=query,
+                header_params={"Accept": "application/json, */*"}, auth_settings=["BearerToken"],
+                _preload_content=False, _request_timeout=timeout)
         except ApiException as exc:
-            metrics.API_ERRORS.labels(verb="WATCH", code=str(exc.status)).inc()
+            metrics.API_ERRORS.labels(verb=verb, code=str(exc.status)).inc()
             raise _from_exception(exc) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            metrics.API_ERRORS.labels(verb="WATCH", code="0").inc()
+            metrics.API_ERRORS.labels(verb=verb, code="0").inc()
             raise ApiConnectionError(f"{type(exc).__name__}: {exc}") from None
         if not 200 <= resp.status <= 299:
             body = (await _read(resp)).decode(errors="replace")
-            metrics.API_ERRORS.labels(verb="WATCH", code=str(resp.status)).inc()
+            metrics.API_ERRORS.labels(verb=verb, code=str(resp.status)).inc()
             raise api_error(resp.status, str(resp.reason), body, _headers(resp))
         try:
             # Split lines ourselves: aiohttp's line iterator refuses lines over 64 KiB, and a
@@ -237,15 +251,25 @@ class Kube:
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
+                    yield line
+            if buffer and unterminated:
+                yield buffer
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             # The stream broke (connection reset, API server restarted, proxy cut it): the
             # caller watches again from the last resourceVersion it saw.
-            metrics.API_ERRORS.labels(verb="WATCH", code="0").inc()
+            metrics.API_ERRORS.labels(verb=verb, code="0").inc()
             raise WatchDropped(f"watch dropped: {type(exc).__name__}: {exc}") from None
         finally:
             resp.release()
+
+
+def _selectors(label_selector: str, field_selector: str) -> list[tuple[str, Any]]:
+    query: list[tuple[str, Any]] = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
 
 
 def _from_exception(exc: ApiException) -> ApiError:
