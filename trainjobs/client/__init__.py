@@ -7,34 +7,19 @@ project's pydantic `Job` model. See docs/client.md.
 from __future__ import annotations
 
 from trainjobs.api.models import Job
+from trainjobs.client import errors
 from trainjobs.client.aio import AsyncClient
-from trainjobs.client.errors import (
-    AmbiguousJob,
-    ClientError,
-    ClusterUnreachable,
-    JobFailed,
-    JobNotFound,
-    LogsUnavailable,
-    NeverReached,
-    WaitTimeout,
-)
+from trainjobs.client.errors import *  # noqa: F403  (the client's errors, re-exported)
 from trainjobs.client.sync import Client
 from trainjobs.client.views import JobEvent, PodInfo, ReplicaProgress, progress
 
 __all__ = [
-    "AmbiguousJob",
     "AsyncClient",
     "Client",
-    "ClientError",
-    "ClusterUnreachable",
     "Job",
     "JobEvent",
-    "JobFailed",
-    "JobNotFound",
-    "LogsUnavailable",
-    "NeverReached",
     "PodInfo",
     "ReplicaProgress",
-    "WaitTimeout",
     "progress",
+    *errors.__all__,
 ]
