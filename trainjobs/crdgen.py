@@ -15,7 +15,7 @@ from trainjobs.api.models import GROUP, MAX_REPLICAS, VERSION, JobStatus
 from trainjobs.api.podtemplate import crd_template_schema
 from trainjobs.core.validation import MAX_NAME_LENGTH
 from trainjobs.plugin.manager import PluginManager
-from trainjobs.plugin.types import Framework
+from trainjobs.plugin.types import Framework, ReplicaType
 from trainjobs.yamlio import dump_all
 
 __all__ = ["CATEGORY", "crd_file_name", "crd_for", "structural", "write_crds"]
@@ -113,6 +113,7 @@ def _replica_rules(framework: Framework) -> list[dict[str, str]]:
                 "rule": f"!('{name}' in self) || ({' && '.join(bounds)})",
                 "message": f"replicaSpecs.{name}.replicas must be {text}",
             })
+            rules.append(_elastic_rule(framework, rtype, name))
     rules.append({
         # Guarded like every rule that does arithmetic on replicas: a value the schema refuses
         # (a float, one over the maximum) must be reported by the schema, not by a rule that
@@ -146,6 +147,23 @@ def _template_restart_policy_rule(framework: Framework) -> dict[str, str]:
 def _countable(expr: str) -> str:
     """CEL: `expr` is a replica count the schema accepts (an int within 0..MAX_REPLICAS)."""
     return f"(type({expr}) == int && {expr} >= 0 && {expr} <= {MAX_REPLICAS})"
+
+
+def _elastic_rule(framework: Framework, rtype: ReplicaType, name: str) -> dict[str, str]:
+    """elasticPolicy only on the types the kind allows; replicas within its bounds."""
+    unset = f"!('{name}' in self) || !has(self['{name}'].elasticPolicy)"
+    if not rtype.elastic:
+        allowed = ", ".join(t.name for t in framework.replica_types if t.elastic)
+        return {"rule": unset, "message": f"replicaSpecs.{name}.elasticPolicy: a "
+                f"{framework.kind} allows elasticPolicy only on {allowed or 'no replica type'}"}
+    policy = f"self['{name}'].elasticPolicy"
+    # Guarded like every rule on replicas: a value the schema refuses is the schema's to report.
+    return {"rule": f"{unset} || !{_countable(f'self[{name!r}].replicas')} || "
+                    f"({policy}.minReplicas <= {policy}.maxReplicas && "
+                    f"{policy}.minReplicas <= self['{name}'].replicas && "
+                    f"self['{name}'].replicas <= {policy}.maxReplicas)",
+            "message": f"replicaSpecs.{name}: elasticPolicy needs minReplicas <= replicas <= "
+                       "maxReplicas"}
 
 
 def _root_rules() -> list[dict[str, str]]:

@@ -39,7 +39,8 @@ MXNET = Framework(
     replica_types=(
         ReplicaType("Scheduler", 1, 1, description="ps-lite scheduler: exactly one."),
         ReplicaType("Server", 1, None, description="Parameter servers: one or more."),
-        ReplicaType("Worker", 1, None, description="Workers: one or more; all must succeed."),
+        ReplicaType("Worker", 1, None, description="Workers: one or more; all must succeed.",
+                    elastic=True),
     ),
     container_name="mxnet",
     default_port=9091,

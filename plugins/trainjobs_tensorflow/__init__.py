@@ -70,7 +70,7 @@ TENSORFLOW = Framework(
     replica_types=(
         ReplicaType("Chief", 0, 1, aliases=("Master",),
                     description="The chief (or master): at most one; its exit decides."),
-        ReplicaType("Worker", 0, None, description="Workers."),
+        ReplicaType("Worker", 0, None, description="Workers.", elastic=True),
         ReplicaType("PS", 0, None, container_optional=True,
                     description="Parameter servers; without a `tensorflow` container they get "
                                 "a standard TensorFlow gRPC server."),

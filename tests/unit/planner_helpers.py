@@ -19,6 +19,7 @@ from trainjobs.api.models import ConditionType, Job, JobStatus
 from trainjobs.core.observed import ObservedPod, PodPhase, attempt_of
 from trainjobs.core.planner import EXCLUSIVE_CONDITIONS, Plan, PlannerSettings, plan
 from trainjobs.core.render import (
+    ANNOTATION_REPLICAS,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
     RenderedJob,
@@ -100,6 +101,7 @@ class World:
     job_deleted: bool = False
     history: list[Plan] = field(default_factory=list)
     created: list[str] = field(default_factory=list)  # every pod name ever created, in order
+    lost_causes: dict[str, str] = field(default_factory=dict)  # what the backend saw go
 
     def __post_init__(self) -> None:
         self.framework = framework_of(self.job.kind, self.plugins)
@@ -117,7 +119,7 @@ class World:
         return plan(job, self.desired, list(self.pods.values()), set(self.services),
                     set(self.extras),
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
-                    now=self.now, settings=self.settings,
+                    now=self.now, settings=self.settings, lost_causes=self.lost_causes,
                     restart_together=self.framework.replicas_restart_together)
 
     def apply(self, p: Plan) -> Plan:
@@ -147,7 +149,8 @@ class World:
                 name=name, uid=f"uid-{next(_UIDS)}",
                 replica_type_lower=labels[LABEL_REPLICA_TYPE],
                 index=int(labels[LABEL_REPLICA_INDEX]), phase=PodPhase.PENDING,
-                created=self.now, attempt=attempt_of(manifest["metadata"]))
+                created=self.now, attempt=attempt_of(manifest["metadata"]),
+                replicas_rendered=manifest["metadata"]["annotations"][ANNOTATION_REPLICAS])
             self.created.append(name)
         attempt = self.job.status.attempt
         self.job = self.job.model_copy(update={"status": p.status})
@@ -240,3 +243,18 @@ def exclusive_true(status: JobStatus) -> list[str]:
 
 def names_of(objs: Iterable[dict[str, Any]]) -> list[str]:
     return sorted(o["metadata"]["name"] for o in objs)
+
+
+def running_world(doc: dict[str, Any], **kw: Any) -> World:
+    """A job whose pods were all created and are Running, with state Running."""
+    w = World.of(doc, **kw)
+    w.step()
+    w.run()
+    w.step()
+    assert w.state == "Running", w.status
+    return w
+
+
+def assert_true_only(w: World, ctype: ConditionType) -> None:
+    assert exclusive_true(w.status) == [ctype.value]
+    assert w.state == ctype.value

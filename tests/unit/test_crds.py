@@ -32,6 +32,22 @@ KINDS = {
 TOTAL_RULE = (f"!self.all(k, (type(self[k].replicas) == int && self[k].replicas >= 0 && "
               f"self[k].replicas <= {MAX_REPLICAS})) || "
               f"self.map(k, self[k].replicas).sum() <= {MAX_REPLICAS}")
+
+
+def _no_elastic(name: str) -> str:
+    return f"!('{name}' in self) || !has(self['{name}'].elasticPolicy)"
+
+
+def _elastic(name: str) -> str:
+    policy = f"self['{name}'].elasticPolicy"
+    replicas = f"self['{name}'].replicas"
+    countable = f"(type({replicas}) == int && {replicas} >= 0 && {replicas} <= {MAX_REPLICAS})"
+    return (f"{_no_elastic(name)} || !{countable} || "
+            f"({policy}.minReplicas <= {policy}.maxReplicas && "
+            f"{policy}.minReplicas <= self['{name}'].replicas && "
+            f"self['{name}'].replicas <= {policy}.maxReplicas)")
+
+
 REPLICA_RULES = {
     "MxJob": {
         "self.all(k, k in ['Scheduler', 'Server', 'Worker'])",
@@ -43,6 +59,7 @@ REPLICA_RULES = {
         "'Worker' in self",
         "!('Worker' in self) || (self['Worker'].replicas >= 1)",
         TOTAL_RULE,
+        _no_elastic("Scheduler"), _no_elastic("Server"), _elastic("Worker"),
     },
     "TfJob": {
         "self.all(k, k in ['Chief', 'Master', 'Worker', 'PS', 'Evaluator'])",
@@ -54,12 +71,15 @@ REPLICA_RULES = {
         "!('Evaluator' in self) || (self['Evaluator'].replicas >= 0 && "
         "self['Evaluator'].replicas <= 1)",
         TOTAL_RULE,
+        _no_elastic("Chief"), _no_elastic("Master"), _elastic("Worker"), _no_elastic("PS"),
+        _no_elastic("Evaluator"),
     },
     "Caffe2Job": {
         "self.all(k, k in ['Worker'])",
         "'Worker' in self",
         "!('Worker' in self) || (self['Worker'].replicas >= 1)",
         TOTAL_RULE,
+        _elastic("Worker"),
     },
 }
 

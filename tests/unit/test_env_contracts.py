@@ -588,7 +588,10 @@ def test_user_labels_and_annotations_are_kept_but_trainjobs_labels_win() -> None
     pod = render(doc).pods["lab-worker-0"]
     assert pod["metadata"]["labels"]["team"] == "vision"
     assert pod["metadata"]["labels"]["trainjobs.io/replica-index"] == "0"
-    assert pod["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+    # The user's annotation is kept beside the replica counts the pod was rendered for.
+    assert pod["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "trainjobs.io/replicas": "Scheduler=1,Server=1,Worker=1"}
 
 
 @pytest.mark.parametrize(("policy", "pod_policy"), [

@@ -20,7 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainjobs.api.models import Job, ReplicaSpec, RestartPolicy, RunPolicy
-from trainjobs.core.render import ANNOTATION_ATTEMPT, POD_RESTART_POLICY, pod_restart_policy
+from trainjobs.core.render import (
+    ANNOTATION_ATTEMPT,
+    POD_RESTART_POLICY,
+    pod_restart_policy,
+    replica_counts,
+)
 from trainjobs.errors import SpecError, SpecInvalid
 
 from .helpers import (
@@ -251,7 +256,9 @@ def check_rendered_pod(pod: dict[str, Any], original: dict[str, Any], job: Job,
     labels = pod["metadata"]["labels"]
     assert labels.items() >= meta.get("labels", {}).items()
     attempt = {ANNOTATION_ATTEMPT: str(job.status.attempt)} if together else {}
-    assert pod["metadata"].get("annotations", {}) == {**meta.get("annotations", {}), **attempt}
+    annotations = dict(pod["metadata"].get("annotations", {}))
+    assert annotations.pop("trainjobs.io/replicas") == replica_counts(job)
+    assert annotations == {**meta.get("annotations", {}), **attempt}
 
     assert [c["name"] for c in spec["containers"]] == [c["name"] for c in orig_spec["containers"]]
     for new, old in zip(spec["containers"], orig_spec["containers"], strict=True):

@@ -27,11 +27,13 @@ from .helpers import container, job_doc, replica, template
 from .planner_helpers import (
     T0,
     World,
+    assert_true_only,
     c2_doc,
     exclusive_true,
     mx_doc,
     names_of,
     parse,
+    running_world,
     tf_doc,
 )
 
@@ -40,21 +42,6 @@ SUCCEEDED, FAILED = ConditionType.SUCCEEDED, ConditionType.FAILED
 SUSPENDED = ConditionType.SUSPENDED
 
 DOCS = {"MxJob": mx_doc, "TfJob": tf_doc, "Caffe2Job": c2_doc}
-
-
-def running_world(doc: dict[str, Any], **kw: Any) -> World:
-    """A job whose pods were all created and are Running, with state Running."""
-    w = World.of(doc, **kw)
-    w.step()
-    w.run()
-    w.step()
-    assert w.state == "Running", w.status
-    return w
-
-
-def assert_true_only(w: World, ctype: ConditionType) -> None:
-    assert exclusive_true(w.status) == [ctype.value]
-    assert w.state == ctype.value
 
 
 # Creation and idempotence ---------------------------------------------------------------------
@@ -552,10 +539,16 @@ def test_evicted_or_preempted_pod_is_recreated_and_not_counted(
     p = w.step()
     assert p.delete_pods == ["mx-worker-1"]
     assert w.state == "Restarting"  # no elasticPolicy: back to full strength first
-    assert w.status.counted_failures == []
+    # Counted once (by uid) as lost, never as a failure toward backoffLimit.
+    assert w.status.counted_failures == ["u-mx-worker-1"]
     assert sum(w.restarts().values()) == 0
-    assert w.status.replica_statuses["Worker"].failed == 0
-    assert any(e.reason == "ReplicaLost" for e in p.events)
+    worker = w.status.replica_statuses["Worker"]
+    assert (worker.failed, worker.lost, worker.recreations) == (0, 1, 1)
+    assert [e.reason for e in p.events if e.type == "Warning"] == ["ReplicaLost"]
+    assert "mx-worker-1" in p.events[0].message and observed.disruption in p.events[0].message
+    p = w.step()  # the pod is still terminating: nothing is counted twice
+    assert not any(e.reason == "ReplicaLost" for e in p.events)
+    assert w.status.replica_statuses["Worker"].lost == 1
     w.gc()
     p = w.step()
     assert names_of(p.create_pods) == ["mx-worker-1"]
@@ -763,28 +756,50 @@ def test_ordinary_waiting_never_fails() -> None:
 # Scaling -----------------------------------------------------------------------------------
 
 
-def test_scale_down_deletes_the_last_replica_and_its_service() -> None:
-    w = running_world(mx_doc(workers=3))
-    w.respec(mx_doc(workers=2))
+@pytest.mark.parametrize(("doc", "rescaled"), [
+    (lambda n: mx_doc(workers=n), "Scheduler=1,Server=1,Worker={}"),
+    (lambda n: tf_doc(workers=n), "Chief=1,PS=1,Worker={}"),
+    (lambda n: c2_doc(workers=n), "Worker={}"),
+])
+@pytest.mark.parametrize(("before", "after"), [(3, 2), (2, 4)])
+def test_scaling_a_running_job_recreates_every_replica(
+        doc: Any, rescaled: str, before: int, after: int) -> None:
+    """Every kind lists its peers in each pod's environment (DMLC_NUM_WORKER, TF_CONFIG,
+    NUM_SHARDS): new Workers beside old peers would disagree on the cluster (issue 15.6)."""
+    w = running_world(doc(before))
+    old_pods = w.pod_names()
+    w.respec(doc(after))
     p = w.step()
-    assert p.delete_pods == ["mx-worker-2"]
-    assert p.delete_services == ["mx-worker-2"]
-    assert p.create_pods == [] and p.create_services == []
-    assert w.pod_names("Worker") == ["mx-worker-0", "mx-worker-1"]
-    assert w.status.replica_statuses["Worker"].active <= 2
-    p = w.step()
-    assert p.actions == 0
-    assert w.status.replica_statuses["Worker"].active == 2
+    # Every pod rendered for the old counts goes (the extra ones of a scale-down too), at once.
+    assert sorted(p.delete_pods) == old_pods
+    assert [e.reason for e in p.events] == ["JobRescaled"]
+    assert rescaled.format(after) in p.events[0].message
+    assert_true_only(w, RESTARTING)
+    assert w.condition(RESTARTING).reason == "JobRescaled"
+    w.settle()
+    assert len(w.pod_names("Worker")) == after
+    counts = {pod.replicas_rendered for pod in w.pods.values()}
+    assert counts == {rescaled.format(after)}
+    assert_true_only(w, RESTARTING)  # not Running before the new cluster runs
+    w.run()
+    w.step()
     assert_true_only(w, RUNNING)
+    # Recreating for new counts is neither a failure nor a loss.
+    worker = w.status.replica_statuses["Worker"]
+    assert (worker.restarts, worker.lost) == (0, 0)
+    assert f"Worker {after}/{after}" in w.status.replica_summary
 
 
-def test_scale_up_creates_only_the_new_replica() -> None:
+def test_a_rescale_runs_succeeded_replicas_again_with_the_new_cluster() -> None:
     w = running_world(mx_doc(workers=2))
+    w.succeed("mx-worker-0")
+    w.step()
+    assert w.status.replica_statuses["Worker"].completed_indexes == "0"
     w.respec(mx_doc(workers=3))
-    p = w.step()
-    assert names_of(p.create_pods) == ["mx-worker-2"]
-    assert names_of(p.create_services) == ["mx-worker-2"]
-    assert p.delete_pods == []
+    w.step()
+    assert w.status.replica_statuses["Worker"].completed_indexes == ""
+    w.settle()
+    assert w.pod_names("Worker") == ["mx-worker-0", "mx-worker-1", "mx-worker-2"]
 
 
 # Elastic workers ---------------------------------------------------------------------------
@@ -978,10 +993,20 @@ def check_invariants(w: World, p: Plan, finished_before: str | None) -> None:
     uids = {pod.uid: pod for pod in w.pods.values()}
     newly = set(new.counted_failures) - set(old.counted_failures)
     for uid in newly:
-        assert uids[uid].phase is PodPhase.FAILED and not uids[uid].disrupted
+        assert uids[uid].phase is PodPhase.FAILED
+    failures = {uid for uid in newly if not uids[uid].disrupted}
     gained = sum(s.restarts for s in new.replica_statuses.values()) - sum(
         s.restarts for s in old.replica_statuses.values())
-    assert gained >= len(newly)
+    assert gained >= len(failures)
+    # A lost replica (disrupted, or gone after it started) is counted, never as a failure.
+    lost = sum(s.lost for s in new.replica_statuses.values()) - sum(
+        s.lost for s in old.replica_statuses.values())
+    assert lost >= len(newly - failures)
+    for rtype, before in old.replica_statuses.items():
+        after = new.replica_statuses[rtype]
+        assert after.lost >= before.lost
+        assert after.recreations - after.lost >= 0
+        assert after.active == after.running + after.pending
     for rtype, s in new.replica_statuses.items():
         assert min(s.active, s.succeeded, s.failed, s.restarts, s.recreations) >= 0
         assert s.active <= w.job.spec.replica_specs[rtype].replicas

@@ -179,11 +179,29 @@ class Condition(StatusModel):
 
 
 class ReplicaStatus(StatusModel):
-    active: int = 0
-    succeeded: int = 0
+    active: int = Field(default=0, description="running + pending (Kubeflow's meaning).")
+    running: int = Field(default=0, description="Replicas whose pod runs.")
+    pending: int = Field(
+        default=0, description="Replicas waiting for a pod to be created, scheduled or started.")
+    pending_reason: str = Field(
+        default="", description="Why pending replicas wait, e.g. 'Unschedulable: 0/2 nodes "
+        "are available: 2 Insufficient cpu.' or 'QuotaExceeded: ...'.")
+    succeeded: int = Field(default=0, description="Replicas that succeeded (completedIndexes).")
     failed: int = 0
-    restarts: int = Field(default=0, description="Recreations plus in-place container restarts.")
-    recreations: int = Field(default=0, description="Pods recreated after a retryable failure.")
+    restarts: int = Field(
+        default=0, description="Failures counted toward backoffLimit: recreations after a "
+        "retryable failure plus in-place container restarts.")
+    recreations: int = Field(
+        default=0, description="Pods recreated, after a retryable failure or a loss.")
+    lost: int = Field(
+        default=0, description="Replicas taken by the cluster (preempted, evicted, deleted by "
+        "someone else) and recreated; never counted toward backoffLimit.")
+    started_indexes: str = Field(
+        default="", description="Indexes whose current pod has started, e.g. '0-2,5'; a pod "
+        "that disappears from one of them was lost.")
+    completed_indexes: str = Field(
+        default="", description="Indexes that succeeded, e.g. '0-3' (as batch/v1 Jobs): they "
+        "are never run again, also when their pod disappears.")
 
 
 class OwnedObjectStatus(StatusModel):

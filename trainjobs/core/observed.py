@@ -13,10 +13,18 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from trainjobs.core.render import ANNOTATION_ATTEMPT, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from trainjobs.core.render import (
+    ANNOTATION_ATTEMPT,
+    ANNOTATION_REPLICAS,
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+)
 
 __all__ = ["DISRUPTION_REASONS", "UNRUNNABLE_REASONS", "ObservedPod", "PodPhase", "attempt_of",
            "from_pod"]
+
+# Long scheduler messages are cut: they end up in the job's status.
+MESSAGE_LIMIT = 300
 
 
 class PodPhase(StrEnum):
@@ -63,6 +71,14 @@ class ObservedPod:
     last_reason: str = ""
     # The job's attempt the pod was made for (replicas that restart together); None: unknown.
     attempt: int | None = None
+    # Why the scheduler cannot place it (the PodScheduled condition's message), if it cannot.
+    unschedulable: str = ""
+    # Why the cluster takes it (the DisruptionTarget condition: "PreemptionByScheduler:
+    # ..."), or the disruption reason of its status, if it is taken.
+    disruption: str = ""
+    # The replica counts its environment was rendered for (render's ANNOTATION_REPLICAS);
+    # empty when unknown (a pod from an older version, the local runtime).
+    replicas_rendered: str = ""
 
     @property
     def active(self) -> bool:
@@ -117,9 +133,10 @@ def from_pod(pod: dict[str, Any], container_name: str) -> ObservedPod | None:
             last_exit_code = int(last.get("exitCode", 0))
             last_reason = last.get("reason") or ""
             break
-    disrupted = reason in DISRUPTION_REASONS or any(
-        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-        for c in status.get("conditions") or [])
+    unschedulable, disruption = _conditions(status.get("conditions") or [])
+    if not disruption and reason in DISRUPTION_REASONS:
+        disruption = f"{reason}: {message}" if message else reason
+    disrupted = bool(disruption)
     return ObservedPod(
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
@@ -137,6 +154,9 @@ def from_pod(pod: dict[str, Any], container_name: str) -> ObservedPod | None:
         last_exit_code=last_exit_code,
         last_reason=last_reason,
         attempt=attempt_of(meta),
+        unschedulable=unschedulable,
+        disruption=disruption[:MESSAGE_LIMIT],
+        replicas_rendered=str((meta.get("annotations") or {}).get(ANNOTATION_REPLICAS, "")),
     )
 
 
@@ -147,3 +167,17 @@ def attempt_of(meta: dict[str, Any]) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
+
+
+def _conditions(conditions: list[dict[str, Any]]) -> tuple[str, str]:
+    """(why it cannot be scheduled, why the cluster takes it) from a pod's conditions."""
+    unschedulable = disruption = ""
+    for cond in conditions:
+        kind, true = cond.get("type"), cond.get("status") == "True"
+        text = str(cond.get("message") or "")
+        if kind == "PodScheduled" and not true and cond.get("reason") == "Unschedulable":
+            unschedulable = (text or "Unschedulable")[:MESSAGE_LIMIT]
+        elif kind == "DisruptionTarget" and true:
+            why = str(cond.get("reason") or "DisruptionTarget")
+            disruption = f"{why}: {text}" if text else why
+    return unschedulable, disruption

@@ -9,7 +9,7 @@ Calling it again on the state its own plan produced must ask for nothing new (id
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,8 +22,9 @@ from trainjobs.api.models import (
     JobStatus,
     RestartPolicy,
 )
+from trainjobs.core.indexes import format_indexes, parse_indexes
 from trainjobs.core.observed import UNRUNNABLE_REASONS, ObservedPod, PodPhase
-from trainjobs.core.render import RenderedJob
+from trainjobs.core.render import RenderedJob, replica_counts
 from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 
 __all__ = ["EXCLUSIVE_CONDITIONS", "Event", "Plan", "PlannerSettings", "plan", "retryable"]
@@ -99,6 +100,14 @@ class _State:
     # ends the previous one (None: no new attempt this pass).
     attempt: int | None = None
     ends_attempt: str | None = None
+    # Per replicaSpecs key: indexes whose current pod has started / that succeeded (durable
+    # in the status), and replicas lost in this pass.
+    started: dict[str, set[int]] = field(default_factory=dict)
+    completed: dict[str, set[int]] = field(default_factory=dict)
+    lost: dict[str, int] = field(default_factory=dict)
+    lost_causes: Mapping[str, str] = field(default_factory=dict)
+    # Pods recreated because the replica counts changed (their environment lists every peer).
+    rescaled: list[str] = field(default_factory=list)
 
 
 def plan(
@@ -111,17 +120,27 @@ def plan(
     now: datetime | None = None,
     settings: PlannerSettings = PlannerSettings(),
     restart_together: bool = False,
+    lost_causes: Mapping[str, str] | None = None,
 ) -> Plan:
     """Decide the next actions and the status for `job`.
 
     `desired` is the job rendered by the plugins; `pods` the job's pods (including those the
     backend just created or deleted but its cache has not shown yet); `services` and `extras`
     the names of the Services and extra objects (`Kind/name`) that exist; `succeeded` the
-    kind's success rule; `restart_together` the kind's `Framework.replicas_restart_together`.
+    kind's success rule; `restart_together` the kind's `Framework.replicas_restart_together`;
+    `lost_causes` what the backend saw of pods that disappeared without the operator
+    deleting them (pod name -> cause, e.g. the DisruptionTarget reason), for the
+    ReplicaLost events. Whether a pod was lost is decided from the status alone (a started
+    index whose pod is gone), so it needs no memory across operator restarts.
     """
     now = now or datetime.now(UTC)
     old = job.status
-    state = _State(job, now, Plan(), _status_dict(old))
+    state = _State(job, now, Plan(), _status_dict(old), lost_causes=lost_causes or {})
+    for key in job.spec.replica_specs:
+        rstatus = old.replica_statuses.get(key)
+        state.started[key] = parse_indexes(rstatus.started_indexes) if rstatus else set()
+        state.completed[key] = parse_indexes(rstatus.completed_indexes) if rstatus else set()
+        state.lost[key] = 0
     if job.metadata.deletion_timestamp is not None:
         state.plan.status = old
         return state.plan
@@ -147,11 +166,14 @@ def plan(
     restarts_now = _restart_totals(old)
     if restart_together:
         _next_attempt(state, desired, pods)
+        if state.attempt != old.attempt:
+            _forget_indexes(state)  # a new attempt runs every replica again
+    _rescale(state, desired, pods)
     for name, pod_manifest in desired.pods.items():
         replica = desired.replicas[name]
         policy = job.spec.replica_specs[replica.type].restart_policy
         pod = by_name.get(name)
-        if pod is not None and _stale(state, pod):
+        if pod is not None and pod.name not in state.rescaled and _stale(state, pod):
             outcomes.append(_restart_with_attempt(state, replica, pod))
             continue
         outcomes.append(_outcome(state, replica, pod, policy, pod_manifest, counted,
@@ -193,7 +215,7 @@ def plan(
             _requeue(state.plan, (ends - now).total_seconds())
 
     state.status["countedFailures"] = sorted(new_counted)
-    _replica_statuses(state, pods, restarts, spec_types)
+    _replica_statuses(state, pods, outcomes, restarts, spec_types)
     done = state.failure is None and succeeded(outcomes)
     if state.failure is not None or done:
         # A finished job's pods are cleanPodPolicy's to delete (next pass), not recreation's:
@@ -218,23 +240,92 @@ def plan(
                                        f"{job.kind} {job.name} succeeded"))
         state.plan.create_pods.clear()
         state.plan.requeue_after = 0.0
-    elif state.restarting:
+    else:
+        _progress(state, outcomes)
+    state.plan.status = _build_status(state, old)
+    return state.plan
+
+
+def _progress(state: _State, outcomes: Sequence[ReplicaOutcome]) -> None:
+    """The exclusive condition of a job that has not finished."""
+    job = state.job
+    waiting = _waiting_note(state)
+    if state.restarting:
         _set_exclusive(state, ConditionType.RESTARTING, "JobRestarting",
                        "replicas are being restarted")
+    elif state.rescaled:
+        _set_exclusive(state, ConditionType.RESTARTING, "JobRescaled",
+                       f"replica counts changed to {replica_counts(job)}: recreating the "
+                       "replicas, whose environment lists every peer")
     elif all(o.phase in (ReplicaPhase.RUNNING, ReplicaPhase.SUCCEEDED) for o in outcomes):
         _set_exclusive(state, ConditionType.RUNNING, "JobRunning",
                        f"{job.kind} {job.name} is running")
-    elif state.disrupted and _current(old) in (ConditionType.RUNNING, ConditionType.RESTARTING):
-        # Replicas lost to preemption/eviction are being recreated; an elastic job keeps
-        # Running while enough workers run, otherwise it is Restarting until they are back.
-        if _elastic_ok(job, outcomes):
-            _set_exclusive(state, ConditionType.RUNNING, "JobRunning",
-                           "running with fewer workers while lost ones are recreated")
-        else:
-            _set_exclusive(state, ConditionType.RESTARTING, "ReplicasLost",
-                           "replicas taken by the cluster are being recreated")
-    state.plan.status = _build_status(state, old)
-    return state.plan
+    elif (elastic := _elastic_running(job, outcomes)) is not None:
+        # Enough elastic workers run (at start, or after losing some): the job goes on.
+        _set_exclusive(state, ConditionType.RUNNING, "JobRunning", elastic + waiting)
+    elif state.disrupted or _current(job.status) in (ConditionType.RUNNING,
+                                                      ConditionType.RESTARTING):
+        # It ran, and now a replica it needs does not run (lost to preemption, eviction or a
+        # deletion, its replacement waiting): Restarting until it is back.
+        reason = "ReplicasLost" if state.disrupted or _current(job.status) is \
+            ConditionType.RUNNING else _reason_of(job.status, ConditionType.RESTARTING)
+        _set_exclusive(state, ConditionType.RESTARTING, reason,
+                       f"waiting for replicas to run again: {_running_summary(state)}"
+                       + waiting)
+
+
+def _reason_of(status: JobStatus, ctype: ConditionType) -> str:
+    return next((c.reason for c in status.conditions if c.type is ctype), "") or "ReplicasLost"
+
+
+def _running_summary(state: _State) -> str:
+    statuses = state.status["replicaStatuses"]
+    return ", ".join(f"{k} {statuses.get(k, {}).get('running', 0)}/{r.replicas} running"
+                     for k, r in state.job.spec.replica_specs.items())
+
+
+def _waiting_note(state: _State) -> str:
+    """"; Worker waits: Unschedulable: ..." for the first type whose pending replicas say why."""
+    for key, rstatus in state.status["replicaStatuses"].items():
+        why = rstatus.get("pendingReason")
+        if why:
+            return f"; {key} waits: {why}"
+    return ""
+
+
+def _rescale(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -> None:
+    """Pods rendered for other replica counts are stale: every built-in kind lists its peers
+    in each pod's environment (DMLC_NUM_WORKER, TF_CONFIG, NUM_SHARDS), so changing a count
+    recreates every replica, and what already succeeded runs again with the new cluster."""
+    counts = replica_counts(state.job)
+    stale = [p for p in pods if p.replicas_rendered and p.replicas_rendered != counts
+             and p.name in desired.pods and not p.deleting]
+    if not stale:
+        return
+    _forget_indexes(state)
+    state.rescaled = sorted(p.name for p in stale)
+    state.plan.delete_pods.extend(state.rescaled)
+    state.plan.events.append(Event(
+        "Normal", "JobRescaled", f"replica counts changed to {counts}: recreating "
+        f"{len(stale)} pod{'s' if len(stale) != 1 else ''} rendered for other counts"))
+
+
+def _forget_indexes(state: _State) -> None:
+    """Every replica runs again (a new cluster): no index counts as started or succeeded."""
+    for key in state.job.spec.replica_specs:
+        state.started[key].clear()
+        state.completed[key].clear()
+
+
+def _lost(state: _State, replica: Replica, pod_name: str, cause: str) -> None:
+    """A replica that had started lost its pod to someone else: count it (not as a failure)
+    and say so; its index no longer counts as started, so it is counted once."""
+    state.started[replica.type].discard(replica.index)
+    state.lost[replica.type] = state.lost.get(replica.type, 0) + 1
+    state.disrupted = True
+    state.plan.events.append(Event(
+        "Warning", "ReplicaLost", f"replica {replica.type} {replica.index} (pod {pod_name}) "
+        f"was lost: {cause}; recreating it (not counted as a failure)"))
 
 
 def _attempt_of(pod: ObservedPod, current: int) -> int:
@@ -267,6 +358,7 @@ def _stale(state: _State, pod: ObservedPod) -> bool:
 
 
 def _restart_with_attempt(state: _State, replica: Replica, pod: ObservedPod) -> ReplicaOutcome:
+    state.started[replica.type].discard(replica.index)
     state.restarting = True
     state.plan.delete_pods.append(pod.name)
     return ReplicaOutcome(replica, ReplicaPhase.PENDING)
@@ -283,15 +375,32 @@ def _outcome(
     restarts: dict[str, int],
     settings: PlannerSettings,
 ) -> ReplicaOutcome:
+    started = state.started[replica.type]
     if pod is None:
+        if replica.index in state.completed[replica.type]:
+            return ReplicaOutcome(replica, ReplicaPhase.SUCCEEDED, 0)  # never run again
+        name = manifest["metadata"]["name"]
+        if replica.index in started:
+            _lost(state, replica, name, state.lost_causes.get(name) or "its pod disappeared "
+                  "(deleted, preempted or evicted by someone other than the operator)")
         state.plan.create_pods.append(manifest)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING)
     if pod.deleting:
+        if replica.index in started and pod.name not in state.rescaled:
+            _lost(state, replica, pod.name, pod.disruption or "its pod is being deleted by "
+                  "someone other than the operator")
+        return ReplicaOutcome(replica, ReplicaPhase.PENDING)
+    if pod.name in state.rescaled:
         return ReplicaOutcome(replica, ReplicaPhase.PENDING)
     if pod.phase is PodPhase.SUCCEEDED:
+        started.discard(replica.index)
+        state.completed[replica.type].add(replica.index)
         return ReplicaOutcome(replica, ReplicaPhase.SUCCEEDED, pod.exit_code)
     if pod.phase is PodPhase.FAILED:
+        started.discard(replica.index)
         return _failed(state, replica, pod, policy, counted, new_counted, restarts)
+    if pod.phase is PodPhase.RUNNING:
+        started.add(replica.index)
     if pod.waiting_reason in UNRUNNABLE_REASONS and pod.created is not None and \
             state.now - pod.created >= settings.unrunnable_grace:
         state.failure = (pod.waiting_reason, f"replica {replica.type} {replica.index} (pod "
@@ -317,10 +426,12 @@ def _failed(
     what = (f"replica {replica.type} {replica.index} (pod {pod.name}) failed with exit code "
             f"{code}" + (f" ({pod.reason})" if pod.reason else ""))
     if pod.disrupted:
+        # Counted once, by uid, like a failure; but as lost, never toward backoffLimit.
+        if pod.uid not in counted:
+            _lost(state, replica, pod.name, f"{what}: {pod.disruption or 'taken by the cluster'}")
+        new_counted.add(pod.uid)
         state.disrupted = True
         state.plan.delete_pods.append(pod.name)
-        state.plan.events.append(Event("Normal", "ReplicaLost", f"{what}: taken by the "
-                                       "cluster, recreating it (not counted as a failure)"))
         return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
     if not retryable(policy, pod):
         state.failure = ("ReplicaFailed", f"{what}; restartPolicy {policy.value}"
@@ -358,17 +469,21 @@ def _last_failure_note(pods: Sequence[ObservedPod], spec_types: Mapping[str, str
         for p in restarted)
 
 
-def _elastic_ok(job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
+def _elastic_running(job: Job, outcomes: Sequence[ReplicaOutcome]) -> str | None:
+    """With an elasticPolicy: the Running message when every other replica runs (or has
+    succeeded) and at least minReplicas of the elastic type do; else None."""
     for key, rspec in job.spec.replica_specs.items():
         if rspec.elastic_policy is None:
             continue
-        running = sum(1 for o in outcomes if o.replica.type == key
-                      and o.phase is ReplicaPhase.RUNNING)
-        if running < rspec.elastic_policy.min_replicas:
-            return False
-        return all(o.phase in (ReplicaPhase.RUNNING, ReplicaPhase.SUCCEEDED)
-                   for o in outcomes if o.replica.type != key)
-    return False
+        ok = (ReplicaPhase.RUNNING, ReplicaPhase.SUCCEEDED)
+        running = sum(1 for o in outcomes if o.replica.type == key and o.phase in ok)
+        if running < rspec.elastic_policy.min_replicas or running == 0:
+            return None
+        if not all(o.phase in ok for o in outcomes if o.replica.type != key):
+            return None
+        return (f"running with {running} of {rspec.replicas} {key}s (elasticPolicy "
+                f"minReplicas {rspec.elastic_policy.min_replicas})")
+    return None
 
 
 def _finish(
@@ -445,26 +560,44 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str],
                    f"{job.kind} {job.name} is suspended")
     # Like batch/v1 Jobs: the deadline clock restarts when the job resumes.
     state.status["startTime"] = None
-    _refresh_active(state, pods)
+    _refresh_active(state, pods, suspended=True)
     state.plan.status = _build_status(state, job.status)
     return state.plan
 
 
-def _refresh_active(state: _State, pods: Sequence[ObservedPod]) -> None:
-    """Only the active counts move once a job is finished or suspended."""
+def _refresh_active(state: _State, pods: Sequence[ObservedPod], suspended: bool = False
+                    ) -> None:
+    """Only the pod counts move once a job is finished or suspended (a suspended job's pods
+    all go: no index stays started)."""
     deleted = set(state.plan.delete_pods)
-    statuses = {
-        t: {**s.to_api(), "active": sum(1 for p in pods if p.active and p.name not in deleted
-                                        and p.replica_type_lower == t.lower())}
-        for t, s in state.job.status.replica_statuses.items()
-    }
+    statuses: dict[str, dict[str, Any]] = {}
+    for t, s in state.job.status.replica_statuses.items():
+        mine = [p for p in pods if p.active and p.name not in deleted
+                and p.replica_type_lower == t.lower()]
+        running = sum(1 for p in mine if p.phase is PodPhase.RUNNING)
+        statuses[t] = {**s.to_api(), "active": len(mine), "running": running,
+                       "pending": len(mine) - running}
+        if suspended:
+            statuses[t].pop("startedIndexes", None)
+            statuses[t].pop("pendingReason", None)
     state.status["replicaStatuses"] = statuses
-    state.status["replicaSummary"] = _summary(state.job, statuses)
+    state.status["replicaSummary"] = _summary(state.job, statuses,
+                                              finished=_finished(state.job.status))
 
 
-def _summary(job: Job, statuses: Mapping[str, Mapping[str, int]]) -> str:
-    return ", ".join(f"{k} {statuses.get(k, {}).get('active', 0)}/{r.replicas}"
-                     for k, r in job.spec.replica_specs.items())
+def _summary(job: Job, statuses: Mapping[str, Mapping[str, Any]], finished: bool) -> str:
+    """The Replicas column: running/desired per type while the job runs ("Worker 1/4"); once
+    it has finished, what its replicas did ("Chief 1 succeeded, PS stopped, Worker 4
+    succeeded"), so that a finished job's pods being gone does not read like a failure."""
+    if not finished:
+        return ", ".join(f"{k} {statuses.get(k, {}).get('running', 0)}/{r.replicas}"
+                         for k, r in job.spec.replica_specs.items())
+    parts = []
+    for k in job.spec.replica_specs:
+        done = [f"{n} {what}" for what in ("succeeded", "failed")
+                if (n := int(statuses.get(k, {}).get(what, 0)))]
+        parts.append(f"{k} {', '.join(done)}" if done else f"{k} stopped")
+    return ", ".join(parts)
 
 
 def _restarts(
@@ -492,7 +625,8 @@ def _restarts(
         total = recreations.get(key, 0) + in_place
         before = old.get(key)
         if before is not None:
-            newly = sum(1 for p in mine if p.uid in counted and p.uid not in already)
+            newly = sum(1 for p in mine if p.uid in counted and p.uid not in already
+                        and not p.disrupted)  # a lost replica is no failure
             total = max(total, before.restarts + newly)
         out[key] = (total, total - in_place)
     return out
@@ -501,28 +635,54 @@ def _restarts(
 def _replica_statuses(
     state: _State,
     pods: Sequence[ObservedPod],
+    outcomes: Sequence[ReplicaOutcome],
     restarts: Mapping[str, tuple[int, int]],
     spec_types: Mapping[str, str],
 ) -> None:
-    deleted = set(state.plan.delete_pods)
-    statuses: dict[str, dict[str, int]] = {}
+    old = state.job.status.replica_statuses
+    statuses: dict[str, dict[str, Any]] = {}
     for key in state.job.spec.replica_specs:
         mine = [p for p in pods if spec_types.get(p.replica_type_lower) == key]
+        phases = [o.phase for o in outcomes if o.replica.type == key]
+        running = phases.count(ReplicaPhase.RUNNING)
+        pending = phases.count(ReplicaPhase.PENDING)
+        before = old.get(key)
+        lost = (before.lost if before else 0) + state.lost.get(key, 0)
+        total, recreated = restarts[key]
         statuses[key] = {
-            # Active once this plan is carried out: pods it deletes no longer count.
-            "active": sum(1 for p in mine if p.active and p.name not in deleted),
-            "succeeded": sum(1 for p in mine if p.phase is PodPhase.SUCCEEDED),
+            "active": running + pending,
+            "running": running,
+            "pending": pending,
+            "pendingReason": _pending_reason(p for p in mine if p.phase is PodPhase.PENDING
+                                             and not p.deleting) if pending else "",
+            "succeeded": phases.count(ReplicaPhase.SUCCEEDED),
             "failed": sum(1 for p in mine if p.phase is PodPhase.FAILED and not p.disrupted),
-            "restarts": restarts[key][0],
-            "recreations": restarts[key][1],
+            "restarts": total,
+            # Failure recreations (bookkeeping of _restarts) plus the lost replicas.
+            "recreations": recreated + lost,
+            "lost": lost,
+            "startedIndexes": format_indexes(state.started[key]),
+            "completedIndexes": format_indexes(state.completed[key]),
         }
     state.status["replicaStatuses"] = statuses
-    state.status["replicaSummary"] = _summary(state.job, statuses)
+    state.status["replicaSummary"] = _summary(state.job, statuses, finished=False)
+
+
+def _pending_reason(pods: Iterable[ObservedPod]) -> str:
+    """Why pending pods wait: the scheduler's message, else a container's waiting reason."""
+    waiting = ""
+    for pod in pods:
+        if pod.unschedulable:
+            return f"Unschedulable: {pod.unschedulable}"
+        if pod.waiting_reason and not waiting:
+            waiting = pod.waiting_reason
+    return waiting
 
 
 def _restart_totals(status: JobStatus) -> dict[str, int]:
-    """Recreations already counted per replica type (durable across operator restarts)."""
-    return {t: s.recreations for t, s in status.replica_statuses.items()}
+    """Failure recreations already counted per replica type (durable across operator
+    restarts): `recreations` less the replicas lost to the cluster."""
+    return {t: max(0, s.recreations - s.lost) for t, s in status.replica_statuses.items()}
 
 
 # Conditions -------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from trainjobs.plugin.types import Address, ClusterLayout, Framework, RenderCont
 
 __all__ = [
     "ANNOTATION_ATTEMPT",
+    "ANNOTATION_REPLICAS",
     "LABEL_FRAMEWORK",
     "LABEL_JOB_NAME",
     "LABEL_JOB_ROLE",
@@ -31,6 +32,7 @@ __all__ = [
     "kubernetes_layout",
     "pod_restart_policy",
     "render_job",
+    "replica_counts",
     "replica_port",
 ]
 
@@ -41,6 +43,10 @@ LABEL_REPLICA_INDEX = "trainjobs.io/replica-index"
 LABEL_JOB_ROLE = "trainjobs.io/job-role"
 # On the pods of kinds whose replicas restart together: the job's attempt they belong to.
 ANNOTATION_ATTEMPT = "trainjobs.io/attempt"
+# On every pod: the replica counts its environment was rendered for ("Server=1,Worker=4").
+# Every built-in kind lists its peers (DMLC_NUM_WORKER, TF_CONFIG, NUM_SHARDS), so a pod
+# whose counts differ from the spec's is stale: the planner recreates it.
+ANNOTATION_REPLICAS = "trainjobs.io/replicas"
 # A job read from a file has no uid until the API server assigns one.
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
@@ -131,6 +137,11 @@ def replica_labels(job: Job, framework: Framework, replica: Replica) -> dict[str
     }
 
 
+def replica_counts(job: Job) -> str:
+    """The job's replica counts as ANNOTATION_REPLICAS writes them: "Server=1,Worker=4"."""
+    return ",".join(f"{k}={r.replicas}" for k, r in sorted(job.spec.replica_specs.items()))
+
+
 def render_job(
     job: Job,
     framework: Framework,
@@ -148,10 +159,12 @@ def render_job(
     )
     rendered = RenderedJob()
     errors: list[SpecError] = []
+    counts = replica_counts(job)
     for replica in expected_replicas(job):
         name = replica.object_name(job.name)
         rendered.replicas[name] = replica
-        rendered.pods[name] = _render_pod(job, replica, ctx, plugins, errors)
+        rendered.pods[name] = pod = _render_pod(job, replica, ctx, plugins, errors)
+        pod["metadata"].setdefault("annotations", {})[ANNOTATION_REPLICAS] = counts
         rendered.services[name] = _render_service(job, replica, ctx)
     if errors:
         raise SpecInvalid(errors)

@@ -27,7 +27,7 @@ from trainjobs.api.models import (
 from trainjobs.api.podtemplate import validate_pod_template
 from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.plugin.manager import PluginManager
-from trainjobs.plugin.types import Framework
+from trainjobs.plugin.types import Framework, ReplicaType
 from trainjobs.yamlio import describe, load_documents, read_documents
 
 __all__ = ["DNS1035", "MAX_NAME_LENGTH", "JobFile", "ReplicaLimit", "is_job_document",
@@ -252,6 +252,7 @@ def _check_replicas(spec: JobSpec, framework: Framework, limit: ReplicaLimit
                                     f"{framework.kind}; allowed: {', '.join(allowed)}"))
             continue
         by_type.setdefault(rtype.name, []).append(key)
+        errors += _check_elastic(key, spec.replica_specs[key], rtype, framework)
     for rtype in framework.replica_types:
         keys = by_type.get(rtype.name, [])
         if len(keys) > 1:
@@ -278,6 +279,27 @@ def _check_replicas(spec: JobSpec, framework: Framework, limit: ReplicaLimit
                                 f"more than the maximum of {limit.most} per job set by "
                                 f"{limit.set_by}"))
     return errors
+
+
+def _check_elastic(key: str, rspec: ReplicaSpec, rtype: ReplicaType, framework: Framework
+                   ) -> list[SpecError]:
+    """elasticPolicy only where the kind allows it, and replicas within its bounds (the CRD's
+    CEL rules say the same; this is for `trainjobs run` and objects the API server let by)."""
+    policy = rspec.elastic_policy
+    if policy is None:
+        return []
+    path = f"spec.replicaSpecs.{key}"
+    if not rtype.elastic:
+        allowed = [t.name for t in framework.replica_types if t.elastic]
+        return [SpecError(f"{path}.elasticPolicy", f"a {framework.kind} allows elasticPolicy "
+                          f"only on {', '.join(allowed) or 'no replica type'}")]
+    if policy.min_replicas > policy.max_replicas:
+        return [SpecError(f"{path}.elasticPolicy.minReplicas", f"must be at most maxReplicas "
+                          f"({policy.max_replicas}), got {policy.min_replicas}")]
+    if not policy.min_replicas <= rspec.replicas <= policy.max_replicas:
+        return [SpecError(f"{path}.replicas", f"must be within elasticPolicy bounds "
+                          f"{policy.min_replicas}..{policy.max_replicas}, got {rspec.replicas}")]
+    return []
 
 
 def _check_names(job: Job, framework: Framework) -> list[SpecError]:

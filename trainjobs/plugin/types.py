@@ -42,6 +42,9 @@ class ReplicaType:
     # True when a plugin supplies the framework container if the template lacks it
     # (TensorFlow's PS gets a standard gRPC server).
     container_optional: bool = False
+    # True when replicas of this type may carry an elasticPolicy: the job keeps Running while
+    # at least minReplicas of them run. False (the default) refuses elasticPolicy here.
+    elastic: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
