@@ -179,6 +179,17 @@ def test_a_pod_deleted_by_someone_else_is_recreated_and_not_counted(
     status = ns.status("TfJob", "lost")
     assert status["state"] == "Running", status
     for rtype in ("Worker", "PS"):
-        assert status["replicaStatuses"][rtype]["restarts"] == 0, status
-        assert status["replicaStatuses"][rtype]["failed"] == 0, status
-    assert condition(status, "Failed") is None and condition(status, "Restarting") is None
+        # Lost and recreated (issue 14): counted as lost, never as a failure.
+        rstatus = status["replicaStatuses"][rtype]
+        assert (rstatus["restarts"], rstatus["failed"]) == (0, 0), status
+        assert (rstatus["lost"], rstatus["recreations"]) == (1, 1), status
+    assert condition(status, "Failed") is None
+    # It showed Restarting while they were gone, and says why.
+    restarting = condition(status, "Restarting")
+    assert restarting is not None and restarting["status"] == "False", status
+    assert restarting["reason"] == "ReplicasLost", status
+    lost = [e["message"] for e in ns.events(name="lost") if e["reason"] == "ReplicaLost"]
+    assert len(lost) == 2, lost
+    # Seen while terminating, or only once gone: either way the cause is named.
+    assert any("(pod lost-worker-1) was lost:" in m and "someone other than the operator" in m
+               for m in lost), lost

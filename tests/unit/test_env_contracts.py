@@ -427,7 +427,8 @@ def test_caffe2_run_id_is_new_for_each_attempt() -> None:
     rendered = render(job)
     for name, pod in rendered.pods.items():
         assert pod_env(rendered, name, "caffe2")["RUN_ID"] == "7d3c5a9e-3"
-        assert pod["metadata"]["annotations"] == {"trainjobs.io/attempt": "3"}
+        assert pod["metadata"]["annotations"] == {"trainjobs.io/attempt": "3",
+                                                  "trainjobs.io/replicas": "Worker=2"}
         assert pod["spec"]["restartPolicy"] == "Never"
 
 

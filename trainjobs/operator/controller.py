@@ -25,6 +25,7 @@ from trainjobs.api.models import (
     ObjectMeta,
     OwnedObjectStatus,
 )
+from trainjobs.core.indexes import parse_indexes
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.planner import Plan, PlannerSettings, plan
 from trainjobs.core.render import RenderedJob, render_job
@@ -136,6 +137,10 @@ class Expectations:
             out.append(set(entries))
         return out[0], out[1]
 
+    def deleting(self, job: str, key: str) -> bool:
+        """Whether we deleted `key` and the caches have not shown it gone yet."""
+        return key in self.deletes.get(job, {})
+
     def forget(self, job: str) -> None:
         self.creates.pop(job, None)
         self.deletes.pop(job, None)
@@ -156,6 +161,8 @@ class Controller:
         self._parsed: dict[str, _Parsed] = {}
         # When the first status change not yet written (one that may wait) was seen, per job.
         self._status_pending: dict[str, float] = {}
+        # Per job: replica pods that went without our delete (name -> what they showed).
+        self._gone: dict[str, dict[str, str]] = {}
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
         # Kinds of extra objects plugins want watched (a gang scheduler's PodGroup).
@@ -193,6 +200,7 @@ class Controller:
             self.jobs.pop(jkey, None)
             self._parsed.pop(jkey, None)
             self._status_pending.pop(jkey, None)
+            self._gone.pop(jkey, None)
             self.expectations.forget(jkey)
             return
         if current is not None and _older(new, current):
@@ -220,9 +228,23 @@ class Controller:
             # Labelled like ours but owned by no job of ours (`kubectl run --labels=...`, the
             # TensorBoard pod of a job deleted by TTL): not ours to track, nor an error.
             return
-        self.expectations.seen(entry.job, f"{entry.kind}/{entry.name}", new is not None)
+        ref = f"{entry.kind}/{entry.name}"
+        if new is None and old is not None and old.pod is not None and \
+                not self.expectations.deleting(entry.job, ref):
+            self._note_gone(entry.job, old)
+        self.expectations.seen(entry.job, ref, new is not None)
         if entry.job in self.jobs:
             self.queue.add(entry.job)
+
+    def _note_gone(self, job: str, entry: OwnedEntry) -> None:
+        """A replica pod went that this operator did not delete: keep what it last showed of
+        why (a DisruptionTarget condition) for the planner's ReplicaLost event. Only a hint:
+        whether it was lost the planner decides from the status."""
+        current = self.jobs.get(job)
+        if current is None or current.uid != entry.owner_uid or entry.pod is None:
+            return
+        cause = entry.pod.disruption or "deleted by someone other than the operator"
+        self._gone.setdefault(job, {})[entry.name] = cause
 
     # Running ----------------------------------------------------------------------------
 
@@ -322,10 +344,12 @@ class Controller:
             # that still reaches a finished job parses it again.
             self._parsed.pop(key, None)
         pods, services, extras = self._observed(key, entry.uid, desired)
+        gone = self._gone.pop(key, None)
         decision = plan(job, desired, pods, services, extras,
                         lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes),
                         settings=self.planner_settings,
-                        restart_together=framework.replicas_restart_together)
+                        restart_together=framework.replicas_restart_together,
+                        lost_causes=gone)
         if self.watched:
             decision.status = self._with_object_statuses(key, entry.uid, job, decision.status)
         await self._write_status(key, job, decision.status)
@@ -387,7 +411,8 @@ class Controller:
             return
         urgent = (new.state != old.state and new.state != "Created") or \
             new.counted_failures != old.counted_failures or \
-            new.completion_time != old.completion_time or new.attempt != old.attempt
+            new.completion_time != old.completion_time or new.attempt != old.attempt or \
+            _replicas_forgotten(old, new)
         now = time.monotonic()
         # A change of counts only (or a new job's first status) goes out status_coalesce
         # seconds after it was first seen, with whatever changed meanwhile: replicas that
@@ -555,6 +580,17 @@ class Controller:
     def _resource(self, kind: str) -> Resource:
         framework = self._framework(kind)
         return job_resource(framework.kind, framework.plural)
+
+
+def _replicas_forgotten(old: JobStatus, new: JobStatus) -> bool:
+    """Whether `new` counts a lost replica or stops counting an index as started: written at
+    once, before the plan's deletes, or a pod the operator deleted would look lost later."""
+    for rtype, before in old.replica_statuses.items():
+        after = new.replica_statuses.get(rtype)
+        if after is None or after.lost != before.lost or \
+                parse_indexes(before.started_indexes) - parse_indexes(after.started_indexes):
+            return True
+    return False
 
 
 def _older(new: JobEntry, current: JobEntry) -> bool:
