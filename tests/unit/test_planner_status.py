@@ -29,6 +29,13 @@ def _unschedulable(w: World, name: str) -> None:
     w.set(name, phase=PodPhase.PENDING, unschedulable=SCHEDULER_SAYS)
 
 
+def _all_run(w: World) -> None:
+    """Every pod runs again: the job is Running."""
+    w.run()
+    w.step()
+    assert_true_only(w, RUNNING)
+
+
 def test_running_and_pending_per_type_with_the_schedulers_reason() -> None:
     w = World.of(mx_doc(workers=4))
     w.step()
@@ -81,9 +88,7 @@ def test_a_started_replica_whose_pod_disappears_is_lost_once() -> None:
     assert not [e for e in p.events if e.reason == "ReplicaLost"]
     assert_true_only(w, RESTARTING)
     assert SCHEDULER_SAYS in w.condition(RESTARTING).message
-    w.run()
-    w.step()
-    assert_true_only(w, RUNNING)
+    _all_run(w)
     assert w.status.replica_statuses["Worker"].lost == 1
 
 
@@ -191,9 +196,7 @@ def test_tfjob_without_elastic_policy_restarts_until_workers_are_back() -> None:
     w.step()
     assert_true_only(w, RESTARTING)
     assert w.status.replica_summary == "Chief 1/1, Worker 1/4, PS 2/2"
-    w.run()
-    w.step()
-    assert_true_only(w, RUNNING)
+    _all_run(w)
     assert w.status.replica_statuses["Worker"].restarts == 0
 
 
