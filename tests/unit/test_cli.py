@@ -59,7 +59,7 @@ BAD_INPUTS: dict[str, tuple[str, list[str]]] = {
                           ["spec.replicaSpecs.Scheduler", "needs at least 1 Scheduler"]),
     "negative-replicas": (
         _with(mxjob(), lambda d: d["spec"]["replicaSpecs"]["Worker"].update(replicas=-2)),
-        ["spec.replicaSpecs.Worker.replicas", "greater than or equal to 0"]),
+        ["spec.replicaSpecs.Worker.replicas", "must be at least 0, got -2"]),
     "name-too-long": (_with(mxjob(), lambda d: d["metadata"].update(name="n" * 56)),
                       ["metadata.name", "too long", "63"]),
     "dmlc-role-collision": (_with(mxjob(), _env_in_worker("DMLC_ROLE")),

@@ -21,6 +21,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from trainjobs.errors import SpecError
+from trainjobs.suggest import did_you_mean
 
 __all__ = ["KUBERNETES_VERSION", "PORT_RANGES", "crd_template_schema", "validate_pod_template"]
 
@@ -108,7 +109,7 @@ def _describe(error: ValidationError) -> tuple[list[str | int], str]:
         known = set(schema.get("properties", {}))
         unknown = sorted(k for k in instance if k not in known)
         if unknown:
-            return [*parts, unknown[0]], "unknown field"
+            return [*parts, unknown[0]], "unknown field" + did_you_mean(unknown[0], known)
     if error.validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return [*parts, missing], "required field is missing"

@@ -25,6 +25,14 @@ from trainjobs.api.models import (
     RestartPolicy,
 )
 from trainjobs.api.podtemplate import validate_pod_template
+from trainjobs.convert.documents import is_old_job
+from trainjobs.core.refusals import (
+    KUBEFLOW_KINDS,
+    did_you_mean,
+    kubeflow_hint,
+    pydantic_errors,
+    unknown_field,
+)
 from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework, ReplicaType
@@ -67,7 +75,8 @@ def parse_job_documents(text: str, plugins: PluginManager, source: str = "") -> 
 
 
 def is_job_document(doc: Any, plugins: PluginManager) -> bool:
-    """A document meant for trainjobs: a trainjobs.io object, or an installed kind's."""
+    """A document meant for trainjobs: a trainjobs.io object, an installed kind's, or an old
+    operator's job (a TFJob of kubeflow.org) that was meant to be one."""
     if not isinstance(doc, dict):
         return True  # not an object at all: parse_job says what is wrong with it
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
@@ -75,6 +84,8 @@ def is_job_document(doc: Any, plugins: PluginManager) -> bool:
         return True
     if isinstance(kind, str) and plugins.framework_for(kind) is not None:
         return True
+    if is_old_job(doc):
+        return True  # a Kubeflow job: refused with the way to convert it, not skipped
     return not (isinstance(api_version, str) and isinstance(kind, str))
 
 
@@ -118,15 +129,24 @@ def parse_job(doc: Any, plugins: PluginManager, source: str = "",
     framework = plugins.framework_for(kind) if isinstance(kind, str) else None
     if framework is None:
         known = ", ".join(plugins.frameworks) or "none"
-        raise SpecInvalid([SpecError("kind", f"unknown kind {kind!r} (installed kinds: {known})")],
-                          source)
-    errors: list[SpecError] = [SpecError(key, "unknown field") for key in sorted(map(str, doc))
-                               if key not in TOP_LEVEL_FIELDS]
+        message = f"unknown kind {kind!r} (installed kinds: {known})"
+        if isinstance(kind, str) and kind in KUBEFLOW_KINDS:
+            message += f"; {kubeflow_hint(KUBEFLOW_KINDS[kind])}"
+        elif isinstance(kind, str):
+            message += did_you_mean(kind, plugins.frameworks)
+        raise SpecInvalid([SpecError("kind", message)], source)
+    errors: list[SpecError] = [unknown_field(key, key, TOP_LEVEL_FIELDS)
+                               for key in sorted(map(str, doc)) if key not in TOP_LEVEL_FIELDS]
     if doc.get("apiVersion") != API_VERSION:
+        hint = (f" ({kubeflow_hint(framework.kind)})"
+                if str(doc.get("apiVersion")).startswith("kubeflow.org/") else "")
         errors.append(SpecError("apiVersion", f"must be {API_VERSION}, got "
-                                              f"{doc.get('apiVersion')!r}"))
+                                              f"{doc.get('apiVersion')!r}{hint}"))
     meta = _parse_metadata(doc.get("metadata"), errors)
     spec = _parse_spec(doc.get("spec"), framework, errors)
+    if meta is None or spec is None:
+        # Still check what can be checked, so that every problem is reported in one pass.
+        errors = _check_raw_replicas(doc.get("spec"), framework, errors)
     if meta is None or spec is None:
         raise SpecInvalid(errors, source)
     job = Job(kind=framework.kind, metadata=meta, spec=spec)
@@ -139,9 +159,10 @@ def parse_job(doc: Any, plugins: PluginManager, source: str = "",
 def check_job(job: Job, framework: Framework, plugins: PluginManager,
               limit: ReplicaLimit = CRD_LIMIT) -> list[SpecError]:
     """The checks beyond the models: replica rules, names, pod templates, plugins, env."""
-    errors = _check_replicas(job.spec, framework, limit)
-    if errors:
-        return errors  # (rendering a job of a million replicas is what the limit prevents)
+    errors = _check_replicas(job.spec, framework)
+    over = _check_limit(job.spec, limit)
+    if over:
+        return errors + over  # (rendering a job of a million replicas is what it prevents)
     errors += _check_names(job, framework)
     for key, rspec in job.spec.replica_specs.items():
         path = f"spec.replicaSpecs.{key}.template"
@@ -210,7 +231,7 @@ def _parse_metadata(raw: Any, errors: list[SpecError]) -> ObjectMeta | None:
     try:
         return ObjectMeta.model_validate(raw)
     except ValidationError as exc:
-        errors += _pydantic_errors(exc, "metadata")
+        errors += pydantic_errors(exc, "metadata", ObjectMeta)
         return None
 
 
@@ -221,35 +242,48 @@ def _parse_spec(raw: Any, framework: Framework, errors: list[SpecError]) -> JobS
     try:
         return framework.spec_model.model_validate(raw)
     except ValidationError as exc:
-        errors += _pydantic_errors(exc, "spec")
+        errors += pydantic_errors(exc, "spec", framework.spec_model, framework.kind)
         return None
 
 
-def _pydantic_errors(exc: ValidationError, root: str) -> list[SpecError]:
-    out = []
-    for err in exc.errors():
-        path = root
-        for part in err["loc"]:
-            path += f"[{part}]" if isinstance(part, int) else f".{part}"
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown field"
-        elif err["type"] == "missing":
-            message = "required field is missing"
-        out.append(SpecError(path, message))
-    return out
+def _check_raw_replicas(raw: Any, framework: Framework,
+                        errors: list[SpecError]) -> list[SpecError]:
+    """`errors` and the replica types' and pod templates' problems of a spec its model
+    refused (for one-pass reports)."""
+    specs = raw.get("replicaSpecs") if isinstance(raw, dict) else None
+    if not isinstance(specs, dict):
+        return errors
+    if "template" in specs and framework.replica_type("template") is None:
+        # One replica spec where a mapping of them belongs (caffe2-operator's form): say
+        # that once, rather than each of its fields as an unknown replica type.
+        inner = [e for e in errors if not e.path.startswith("spec.replicaSpecs.")]
+        first = framework.replica_types[0].name
+        hint = f" ({kubeflow_hint(framework.kind)})" if "backendSpecs" in raw else ""
+        return [*inner, SpecError("spec.replicaSpecs", "expected a mapping of replica type to "
+                                  "replica spec, got one replica spec: put it under a type, "
+                                  f"e.g. replicaSpecs.{first}{hint}")]
+    errors = errors + [_unknown_replica_type(str(key), framework) for key in specs
+                       if framework.replica_type(str(key)) is None]
+    for key, rspec in specs.items():
+        template = rspec.get("template") if isinstance(rspec, dict) else None
+        if isinstance(template, dict):
+            errors += validate_pod_template(template, f"spec.replicaSpecs.{key}.template")
+    return errors
 
 
-def _check_replicas(spec: JobSpec, framework: Framework, limit: ReplicaLimit
-                    ) -> list[SpecError]:
-    errors: list[SpecError] = []
+def _unknown_replica_type(key: str, framework: Framework) -> SpecError:
     allowed = [n for t in framework.replica_types for n in t.names]
+    return SpecError(f"spec.replicaSpecs.{key}", f"unknown replica type for {framework.kind}; "
+                     f"allowed: {', '.join(allowed)}{did_you_mean(key, allowed)}")
+
+
+def _check_replicas(spec: JobSpec, framework: Framework) -> list[SpecError]:
+    errors: list[SpecError] = []
     by_type: dict[str, list[str]] = {}
     for key in spec.replica_specs:
         rtype = framework.replica_type(key)
         if rtype is None:
-            errors.append(SpecError(f"spec.replicaSpecs.{key}", f"unknown replica type for "
-                                    f"{framework.kind}; allowed: {', '.join(allowed)}"))
+            errors.append(_unknown_replica_type(key, framework))
             continue
         by_type.setdefault(rtype.name, []).append(key)
         errors += _check_elastic(key, spec.replica_specs[key], rtype, framework)
@@ -271,9 +305,14 @@ def _check_replicas(spec: JobSpec, framework: Framework, limit: ReplicaLimit
             errors.append(SpecError(path, f"must be at least {rtype.min_replicas}, got {count}"))
         if rtype.max_replicas is not None and count > rtype.max_replicas:
             errors.append(SpecError(path, f"must be at most {rtype.max_replicas}, got {count}"))
-    total = sum(r.replicas for r in spec.replica_specs.values())
-    if not total and not errors:
+    if not any(r.replicas for r in spec.replica_specs.values()) and not errors:
         errors.append(SpecError("spec.replicaSpecs", "the job has no replicas to run"))
+    return errors
+
+
+def _check_limit(spec: JobSpec, limit: ReplicaLimit) -> list[SpecError]:
+    errors: list[SpecError] = []
+    total = sum(r.replicas for r in spec.replica_specs.values())
     if total > limit.most:
         errors.append(SpecError("spec.replicaSpecs", f"the job has {total} replicas in all, "
                                 f"more than the maximum of {limit.most} per job set by "
