@@ -139,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a job on this machine, each replica a process")
     add_run_arguments(run)
     run.set_defaults(func=_cmd_run)
+
+    from trainjobs.client_options import add_cluster_commands
+
+    add_cluster_commands(sub)
     return parser
 
 

@@ -155,7 +155,9 @@ def progress(job: Job, pods: list[PodInfo]) -> list[ReplicaProgress]:
         running = [p for p in mine if p.phase == "Running"]
         waiting = [p for p in mine if p.phase == "Pending"]
         counted = job.status.replica_statuses.get(key)
-        succeeded = counted.succeeded if counted else 0
+        # The pods may tell before the operator's counters do.
+        succeeded = max(counted.succeeded if counted else 0,
+                        sum(p.phase == "Succeeded" for p in mine))
         failed = counted.failed if counted else 0
         finished = job.status.state in ("Succeeded", "Failed")
         missing = 0 if finished else max(

@@ -1,0 +1,137 @@
+"""`trainjobs submit/status/list/wait/logs/delete` on the real control plane, run as the user
+runs them (a subprocess, output not a terminal): live lines and the summary, the documented
+exit codes (0 Succeeded, 1 Failed, 3 timeout, 4 unreachable, 5 refused), Ctrl-C during
+--wait (the job keeps running), logs that KWOK nodes cannot serve."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.operator_helpers import Namespace, job, replica, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def write_job(tmp: Path, name: str, exit_code: int | None, run: str = "2s") -> Path:
+    manifest = job("MxJob", name, {
+        "Scheduler": replica("MxJob"),
+        "Server": replica("MxJob"),
+        "Worker": replica("MxJob", 2, exit_code=exit_code, run=run),
+    })
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return path
+
+
+def cli(ns: Namespace, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainjobs.cli", *args, "-n", ns.name,
+         "--kubeconfig", str(ns.plane.kubeconfig)],
+        capture_output=True, text=True, timeout=timeout, env=_env())
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+
+
+def test_submit_wait_follows_a_job_to_success(ns: Namespace, tmp_path: Path) -> None:
+    done = cli(ns, "submit", str(write_job(tmp_path, "good", 0)), "--wait", "--timeout", "90")
+    out = done.stdout
+    assert done.returncode == 0, (done.returncode, out, done.stderr)
+    assert "mxjob/good created in namespace" in out
+    lines = out.splitlines()
+    states = [line.split(":")[0] for line in lines if line.startswith("[trainjobs] ")
+              and line.split(":")[0].split()[-1] in ("Created", "Running", "Succeeded")]
+    assert states == ["[trainjobs] Created", "[trainjobs] Running", "[trainjobs] Succeeded"], out
+    # per-replica counts as they change, pending first (with why), then running
+    assert any("Worker 0/2 running, 2 pending" in line for line in lines), out
+    assert any("Worker 2/2 running" in line for line in lines), out
+    assert any("Normal Scheduled Pod/good-worker-1" in line for line in lines), out
+    assert any(line.startswith("[trainjobs] MxJob good: Succeeded in") for line in lines), out
+    assert any(line.split()[:2] == ["Worker-1", "Succeeded"] for line in lines), out
+    assert "logs: trainjobs logs good -n" in out
+
+    status = cli(ns, "status", "good")
+    assert status.returncode == 0, status.stderr
+    assert f"MxJob good (namespace {ns.name}): Succeeded" in status.stdout
+    assert "Worker 0/2 running, 2 succeeded" in status.stdout, status.stdout
+    listed = cli(ns, "list")
+    assert listed.stdout.split("\n")[1].split()[:3] == ["good", "MxJob", "Succeeded"], listed
+    assert cli(ns, "wait", "good", "--for", "Succeeded", "--timeout", "5").returncode == 0
+
+
+def test_submit_wait_of_a_failing_job_exits_1_with_the_reason(
+    ns: Namespace, tmp_path: Path
+) -> None:
+    done = cli(ns, "submit", str(write_job(tmp_path, "bad", 3)), "--wait")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "MxJob bad: Failed in" in done.stdout
+    assert "failed with exit code 3" in done.stdout, done.stdout
+    waited = cli(ns, "wait", "bad", "--for", "Succeeded")
+    assert waited.returncode == 1 and "bad Failed" in waited.stderr, waited
+
+
+def test_ctrl_c_during_wait_leaves_the_job_running(ns: Namespace, tmp_path: Path) -> None:
+    path = write_job(tmp_path, "forever", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainjobs.cli", "submit", str(path), "--wait", "-n", ns.name,
+         "--kubeconfig", str(ns.plane.kubeconfig)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        seen: list[str] = []
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while "Worker 2/2 running" not in "".join(seen) and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+        assert "Worker 2/2 running" in "".join(seen), seen
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "mxjob/forever keeps running on the cluster" in err, err
+    assert "Traceback" not in err, err
+    time.sleep(1)
+    assert ns.status("MxJob", "forever")["state"] == "Running"
+
+    timed_out = cli(ns, "wait", "forever", "--timeout", "1")
+    assert timed_out.returncode == 3 and "is Running after 1s" in timed_out.stderr, timed_out
+    logs = cli(ns, "logs", "forever", "--replica", "Worker-1")
+    assert logs.returncode == 5, logs
+    assert "cannot serve the log of Worker-1 (forever-worker-1)" in logs.stderr, logs.stderr
+    deleted = cli(ns, "delete", "forever", "--wait")
+    assert deleted.returncode == 0 and "mxjob/forever deleted" in deleted.stdout, deleted
+    wait_for(lambda: ns.job("MxJob", "forever") is None, "forever to be gone")
+    missing = cli(ns, "status", "forever")
+    assert missing.returncode == 5 and "no job (of any kind" in missing.stderr, missing
+
+
+def test_unreachable_cluster_and_invalid_job(ns: Namespace, tmp_path: Path) -> None:
+    broken = yaml.safe_load(ns.plane.kubeconfig.read_text())
+    broken["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(broken))
+    path = write_job(tmp_path, "nowhere", 0)
+    done = subprocess.run(
+        [sys.executable, "-m", "trainjobs.cli", "submit", str(path), "--wait",
+         "--kubeconfig", str(kubeconfig)], capture_output=True, text=True, timeout=90,
+        env=_env())
+    assert done.returncode == 4, (done.stdout, done.stderr)
+    assert done.stderr.startswith("error: cannot reach the cluster:"), done.stderr
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(job("MxJob", "x", {"Wrker": replica("MxJob")})))
+    invalid = cli(ns, "submit", str(bad))
+    assert invalid.returncode == 2 and "spec.replicaSpecs" in invalid.stderr, invalid
