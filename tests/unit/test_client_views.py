@@ -60,3 +60,9 @@ def test_event_from_core_v1() -> None:
                                "involvedObject": {"kind": "Pod", "name": "p"}, "count": 4,
                                "lastTimestamp": "2026-01-02T03:04:05Z", "metadata": {}})
     assert (event.object, event.count, event.time and event.time.year) == ("Pod/p", 4, 2026)
+
+
+def test_the_operators_pending_reason_comes_first() -> None:
+    j = job(Worker=ReplicaStatus(pending=3, pending_reason="QuotaExceeded: exceeded quota: q"))
+    _, worker = progress(j, [])
+    assert (worker.pending, worker.pending_reason) == (3, "QuotaExceeded: exceeded quota: q")

@@ -147,8 +147,10 @@ def replica_names(job: Job) -> dict[str, str]:
 
 def progress(job: Job, pods: list[PodInfo]) -> list[ReplicaProgress]:
     """Per replica type, from the job's spec and status and its current pods. Running and
-    pending are counted from the pods (a replica whose pod does not exist yet is pending);
-    succeeded, failed and restarts are the operator's counters."""
+    pending are counted from the pods, which change before the status does (a replica whose
+    pod does not exist yet is pending); why they wait is the operator's `pendingReason` (a
+    full ResourceQuota, which no pod shows) and the pods' own; succeeded, failed and restarts
+    are the operator's counters."""
     out = []
     for key, spec in job.spec.replica_specs.items():
         mine = [p for p in pods if p.replica_type == key and not p.deleting]
@@ -163,6 +165,8 @@ def progress(job: Job, pods: list[PodInfo]) -> list[ReplicaProgress]:
         missing = 0 if finished else max(
             0, spec.replicas - len(running) - len(waiting) - succeeded)
         reasons = sorted({_why(p) for p in waiting if _why(p)})
+        if counted and counted.pending_reason and counted.pending_reason not in reasons:
+            reasons.insert(0, counted.pending_reason)  # the operator's: a full quota, say
         if missing and not reasons:
             reasons = ["not created yet"]
         out.append(ReplicaProgress(
