@@ -12,7 +12,9 @@ busy or restarting API server, a load balancer or a flaky link does:
   ``stall_seconds`` late, after the client's request timeout;
 * ``watch_cut_after``: every watch is cut after that many seconds by closing the connection in
   the middle of the stream (not a clean end), so the client must watch again from where it
-  was.
+  was;
+* ``go_down()`` / ``come_up()``: an API server that is gone (restarting, or its node lost):
+  open watches are cut, and every request meanwhile has its connection reset unanswered.
 
 It terminates TLS with the API server's own serving certificate (valid for 127.0.0.1), so a
 kubeconfig that differs from the admin one only in its port reaches it, and forwards with the
@@ -49,6 +51,7 @@ class FaultProxy:
         self.stall_ratio = 0.0
         self.stall_seconds = 0.0
         self.watch_cut_after: float | None = None
+        self.down = False
         self.counts: Counter[str] = Counter()
         self.port = 0
         self._random = random.Random(seed)
@@ -107,6 +110,21 @@ class FaultProxy:
                 ({"lose POST"} if lose_ratio else set()) | \
                 ({"stall PATCH"} if stall_ratio else set())
 
+    def go_down(self) -> None:
+        """From now on nothing answers: open watches are cut, new requests reset."""
+        with self._lock:
+            self.down = True
+        asyncio.run_coroutine_threadsafe(self._cut_all(), self._loop).result(timeout=10)
+
+    def come_up(self) -> None:
+        with self._lock:
+            self.down = False
+
+    async def _cut_all(self) -> None:
+        for transport in list(self._streams):
+            self._streams.discard(transport)
+            transport.abort()
+
     def _take(self, *owed: str) -> str | None:
         """One of `owed` that is still owed, now paid; None when none is."""
         with self._lock:
@@ -164,6 +182,13 @@ class FaultProxy:
             return ratio > 0 and self._random.random() < ratio
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        with self._lock:
+            down = self.down
+        if down:
+            self.count("reset while down", request)
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=503)  # (never sent: the connection is gone)
         if request.query.get("watch") in ("true", "1"):
             return await self._watch(request)
         with self._lock:

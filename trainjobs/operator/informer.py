@@ -14,17 +14,41 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from trainjobs.operator.kube import ApiError, ApiGone, Kube, Resource, WatchDropped, api_error
 
-__all__ = ["Informer"]
+__all__ = ["Backoff", "Informer"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Key = tuple[str, str]  # (namespace, name)
 Handler = Callable[[str, Key, "Any | None", "Any | None"], None]
+
+
+@dataclass
+class Backoff:
+    """Delays between reconnect attempts: doubling from `first`, capped at `most`.
+
+    Why so low a cap: an informer that backs off to 16 s lags an API server that came back by
+    up to 16 s (issue 15.7). Retrying once a second at most costs the API server one request
+    per informer per second while it is gone, and recovers within a second of its return.
+    `reset` after every success (a list, a watch the server accepted).
+    """
+
+    first: float = 0.1
+    most: float = 1.0
+    _next: float = 0.0
+
+    def next(self) -> float:
+        delay = self._next or self.first
+        self._next = min(delay * 2, self.most)
+        return delay
+
+    def reset(self) -> None:
+        self._next = 0.0
 
 
 class Informer(Generic[T]):
@@ -39,6 +63,8 @@ class Informer(Generic[T]):
         on_change: Callable[[str, Key, T | None, T | None], None],
         label_selector: str = "",
         watch_timeout: int = 300,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -50,46 +76,50 @@ class Informer(Generic[T]):
         self.store: dict[Key, T] = {}
         self.synced = asyncio.Event()
         self.resource_version = ""
+        self.backoff = Backoff()
+        self._clock = clock
+        self._sleep = sleep
+        self._opened = 0.0
 
     def __repr__(self) -> str:
         return f"Informer({self.resource.plural}, ns={self.namespace or '*'})"
 
     async def run(self) -> None:
-        """List and watch forever; transient errors back off and retry."""
-        delay = 0.5
+        """List and watch forever; transient errors back off (briefly) and retry."""
         while True:
-            watched = 0.0
             try:
                 if not self.resource_version:
                     await self._relist()
-                watched = time.monotonic()
+                    self.backoff.reset()
                 await self._watch()
-                delay = 0.5
             except WatchDropped as exc:
                 # Watch again from where it was; back off only when drops come in quick
                 # succession (a flapping connection), not after a watch that worked a while.
                 log.info("%r: %s; watching again", self, exc)
-                if time.monotonic() - watched < 1.0:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 30.0)
-                else:
-                    delay = 0.5
+                if self._clock() - self._opened < 1.0:
+                    await self._sleep(self.backoff.next())
             except ApiGone:
                 log.info("%r: resourceVersion expired, listing again", self)
                 self.resource_version = ""
                 continue
             except ApiError as exc:
+                delay = self.backoff.next()
                 log.warning("%r: %s; retrying in %.1fs", self, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                await self._sleep(delay)
             except (ValueError, KeyError) as exc:  # a malformed event: re-list to be safe
                 log.warning("%r: bad watch event (%s); listing again", self, exc)
                 self.resource_version = ""
             except Exception:  # a bug here must not leave the cache silently stale
+                delay = self.backoff.next()
                 log.exception("%r failed; listing again in %.1fs", self, delay)
                 self.resource_version = ""
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                await self._sleep(delay)
+
+    def _on_open(self) -> None:
+        """The API server accepted the watch: it answers again, so the next failure starts
+        backing off from the shortest delay."""
+        self._opened = self._clock()
+        self.backoff.reset()
 
     async def _relist(self) -> None:
         fresh: dict[Key, T] = {}
@@ -116,7 +146,8 @@ class Informer(Generic[T]):
     async def _watch(self) -> None:
         async for event in self.kube.watch(self.resource, self.namespace, self.resource_version,
                                            label_selector=self.label_selector,
-                                           timeout_seconds=self.watch_timeout):
+                                           timeout_seconds=self.watch_timeout,
+                                           on_open=self._on_open):
             etype = event.get("type")
             obj = event.get("object") or {}
             if etype == "ERROR":

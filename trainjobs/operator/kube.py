@@ -14,7 +14,7 @@ import asyncio
 import json
 import os
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from trainjobs.operator.apierrors import (
     WatchDropped,
     api_error,
 )
+from trainjobs.operator.reachability import Reachability
 
 # The error tree lives in apierrors; it is re-exported here, where callers meet it.
 __all__ = ["BY_API_KIND", "BY_KIND", "LIST_PAGE_SIZE", "Kube", "Resource", "connect"]
@@ -126,6 +127,7 @@ class Kube:
         self.api = api
         self.api.user_agent = user_agent
         self.request_timeout = request_timeout
+        self.reachability = Reachability()
 
     async def request(self, verb: str, url: str, body: Any = None, *,
                       query: list[tuple[str, Any]] | None = None,
@@ -143,14 +145,15 @@ class Kube:
             raw = await _read(resp)
         except ApiException as exc:
             metrics.API_ERRORS.labels(verb=verb, code=str(exc.status)).inc()
-            raise _from_exception(exc) from None
+            raise self._seen(_from_exception(exc)) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             metrics.API_ERRORS.labels(verb=verb, code="0").inc()
-            raise ApiConnectionError(f"{type(exc).__name__}: {exc}") from None
+            raise self._seen(ApiConnectionError(f"{type(exc).__name__}: {exc}")) from None
         if not 200 <= resp.status <= 299:
             metrics.API_ERRORS.labels(verb=verb, code=str(resp.status)).inc()
-            raise api_error(resp.status, str(resp.reason), raw.decode(errors="replace"),
-                            _headers(resp))
+            raise self._seen(api_error(resp.status, str(resp.reason),
+                                       raw.decode(errors="replace"), _headers(resp)))
+        self.reachability.answered()
         result: dict[str, Any] = json.loads(raw) if raw else {}
         return result
 
@@ -209,22 +212,34 @@ class Kube:
             rv = page_rv
         return items, rv
 
+    def _seen(self, error: ApiError) -> ApiError:
+        """Note whether a failed call reached the API server (any status below 500 did)."""
+        if error.status == 0 or error.status >= 500:
+            self.reachability.failed()
+        else:
+            self.reachability.answered()
+        return error
+
     async def watch(self, resource: Resource, namespace: str | None, resource_version: str, *,
                     label_selector: str = "", field_selector: str = "",
-                    timeout_seconds: int = 300) -> AsyncIterator[dict[str, Any]]:
-        """Watch events from `resource_version`, with bookmarks, until the server ends it."""
+                    timeout_seconds: int = 300, on_open: Callable[[], None] | None = None
+                    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events from `resource_version`, with bookmarks, until the server ends it.
+        `on_open` is called once the API server has accepted the watch (before any event:
+        a quiet watch may send none for minutes)."""
         query: list[tuple[str, Any]] = [
             ("watch", "true"), ("allowWatchBookmarks", "true"),
             ("resourceVersion", resource_version), ("timeoutSeconds", timeout_seconds),
             *_selectors(label_selector, field_selector)]
         async for line in self.stream_lines(resource.url(namespace), query, "WATCH",
-                                            timeout_seconds + 30):
+                                            timeout_seconds + 30, on_open=on_open):
             if line.strip():
                 yield json.loads(line)
 
     async def stream_lines(self, url: str, query: Query, verb: str = "GET",
-                           timeout: float | None = None, *,
-                           unterminated: bool = False) -> AsyncIterator[bytes]:
+                           timeout: float | None = None, *, unterminated: bool = False,
+                           on_open: Callable[[], None] | None = None
+                           ) -> AsyncIterator[bytes]:
         """A streamed GET (a watch, a followed pod log) one line at a time, without its
         newline; `unterminated`: also the text after the last newline (a log's last line).
         Raises `ApiError`; `WatchDropped` when the stream breaks after it began."""
@@ -235,14 +250,17 @@ class Kube:
                 _preload_content=False, _request_timeout=timeout)
         except ApiException as exc:
             metrics.API_ERRORS.labels(verb=verb, code=str(exc.status)).inc()
-            raise _from_exception(exc) from None
+            raise self._seen(_from_exception(exc)) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             metrics.API_ERRORS.labels(verb=verb, code="0").inc()
-            raise ApiConnectionError(f"{type(exc).__name__}: {exc}") from None
+            raise self._seen(ApiConnectionError(f"{type(exc).__name__}: {exc}")) from None
         if not 200 <= resp.status <= 299:
             body = (await _read(resp)).decode(errors="replace")
             metrics.API_ERRORS.labels(verb=verb, code=str(resp.status)).inc()
-            raise api_error(resp.status, str(resp.reason), body, _headers(resp))
+            raise self._seen(api_error(resp.status, str(resp.reason), body, _headers(resp)))
+        self.reachability.answered()
+        if on_open is not None:
+            on_open()
         try:
             # Split lines ourselves: aiohttp's line iterator refuses lines over 64 KiB, and a
             # job with a large pod template can be larger.
@@ -258,7 +276,8 @@ class Kube:
             # The stream broke (connection reset, API server restarted, proxy cut it): the
             # caller watches again from the last resourceVersion it saw.
             metrics.API_ERRORS.labels(verb=verb, code="0").inc()
-            raise WatchDropped(f"watch dropped: {type(exc).__name__}: {exc}") from None
+            raise self._seen(WatchDropped(f"watch dropped: {type(exc).__name__}: {exc}")
+                             ) from None
         finally:
             resp.release()
 

@@ -55,12 +55,12 @@ def run_operator(args: argparse.Namespace) -> int:
                           args.lease_duration, args.renew_deadline, args.retry_period)
     return asyncio.run(_run(args.kubeconfig, settings, host or "0.0.0.0", int(port),
                             lease if args.leader_elect else None, args.request_timeout,
-                            args.gc_thaw_interval))
+                            args.gc_thaw_interval, ready_api_timeout=args.ready_api_timeout))
 
 
 async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, port: int,
                lease: LeaseSettings | None, request_timeout: float,
-               gc_thaw_interval: float) -> int:
+               gc_thaw_interval: float, *, ready_api_timeout: float) -> int:
     install_gc_metrics()
     plugins = load_plugins()
     install_gc_freeze(gc_thaw_interval)  # after the imports and plugins it would walk
@@ -74,6 +74,11 @@ async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, 
         loop.add_signal_handler(sig, stop.set)
 
     def ready() -> str | None:
+        silent = kube.reachability.unreachable_for()
+        if ready_api_timeout and silent > ready_api_timeout:
+            # Its caches may be stale and it can change nothing: say so (liveness stays, a
+            # restart would not bring the API server back; it recovers by itself).
+            return f"the API server has not answered for {silent:.0f}s"
         if elector is not None and not elector.leading.is_set():
             return None  # a standby is ready: it is doing what it should
         return None if controller.synced else "caches not synced"

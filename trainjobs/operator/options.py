@@ -38,6 +38,9 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="N",
                    help=f"refuse (InvalidSpec) a job with more replicas in all (default and "
                         f"most: {MAX_REPLICAS}, the CRDs' own limit)")
+    p.add_argument("--ready-api-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="/readyz answers 503 once the API server has not answered for this "
+                        "long (default 10; 0: never for that reason)")
     p.add_argument("--gc-thaw-interval", type=float, default=3600.0, metavar="SECONDS",
                    help="the garbage collector's full walks skip what survived the last one, "
                         "except one walk of everything per interval (default 3600; 0: "
