@@ -56,8 +56,10 @@ CAFFE2 = Framework(
     plural="caffe2jobs",
     short_names=("c2j",),
     name="caffe2",
-    replica_types=(ReplicaType("Worker", 1, None, description="The shards; all must succeed.",
-                               elastic=True),),
+    # Gloo picks its own ports and exchanges them through the store: no shard listens on the
+    # framework port (CAFFE2_CONFIG names it, as the seed's contract does; nothing binds it).
+    replica_types=(ReplicaType("Worker", 1, None, listens=False, elastic=True,
+                               description="The shards; all must succeed."),),
     container_name="caffe2",
     default_port=2222,
     spec_model=Caffe2JobSpec,

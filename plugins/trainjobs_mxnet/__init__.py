@@ -38,9 +38,12 @@ MXNET = Framework(
     name="mxnet",
     replica_types=(
         ReplicaType("Scheduler", 1, 1, description="ps-lite scheduler: exactly one."),
-        ReplicaType("Server", 1, None, description="Parameter servers: one or more."),
-        ReplicaType("Worker", 1, None, description="Workers: one or more; all must succeed.",
-                    elastic=True),
+        # ps-lite's servers and workers bind a port of their own and tell the scheduler: only
+        # the scheduler listens on the framework port (DMLC_PS_ROOT_PORT).
+        ReplicaType("Server", 1, None, listens=False,
+                    description="Parameter servers: one or more."),
+        ReplicaType("Worker", 1, None, listens=False, elastic=True,
+                    description="Workers: one or more; all must succeed."),
     ),
     container_name="mxnet",
     default_port=9091,

@@ -74,7 +74,9 @@ TENSORFLOW = Framework(
         ReplicaType("PS", 0, None, container_optional=True,
                     description="Parameter servers; without a `tensorflow` container they get "
                                 "a standard TensorFlow gRPC server."),
-        ReplicaType("Evaluator", 0, 1, description="At most one evaluator, outside the cluster."),
+        # Not in TF_CONFIG's cluster: nothing connects to it, it serves no port.
+        ReplicaType("Evaluator", 0, 1, listens=False,
+                    description="At most one evaluator, outside the cluster."),
     ),
     container_name="tensorflow",
     default_port=2222,

@@ -170,9 +170,9 @@ def test_mxnet_env_in_every_container_of_every_replica() -> None:
                 assert env["DMLC_WORKER_ID"] == str(rep.index)
             else:
                 assert "DMLC_WORKER_ID" not in env
-            # The port is exposed, by name, on the framework container only.
+            # The port is exposed, by name, on the scheduler's framework container only.
             ports = c.get("ports", [])
-            if c["name"] == "mxnet":
+            if c["name"] == "mxnet" and role == "scheduler":
                 assert ports == [{"name": "mxjob-port", "containerPort": 9091}]
             else:
                 assert ports == []
@@ -228,10 +228,12 @@ def test_mxnet_local_backend() -> None:
     cluster = json.loads(env["MX_CONFIG"])["cluster"]
     assert cluster["worker"] == [
         {"url": "127.0.0.1", "port": layout.address(Replica("Worker", i)).port} for i in (0, 1)]
-    # Each replica listens on its own port.
+    # Only the scheduler listens on the framework port (ps-lite's servers and workers bind
+    # ports of their own): no containerPort where nothing listens (hostNetwork: node ports).
+    sched = rendered.pods["mnist-scheduler-0"]["spec"]["containers"][0]
+    assert sched["ports"] == [{"name": "mxjob-port", "containerPort": scheduler.port}]
     worker = rendered.pods["mnist-worker-1"]["spec"]["containers"][0]
-    assert worker["ports"] == [{"name": "mxjob-port",
-                                "containerPort": layout.address(Replica("Worker", 1)).port}]
+    assert "ports" not in worker
 
 
 # TensorFlow ----------------------------------------------------------------------------------
@@ -566,9 +568,15 @@ def test_names_labels_services_and_owners(make: Callable[[], Doc]) -> None:
         assert spec["clusterIP"] == "None"
         assert spec["publishNotReadyAddresses"] is True
         assert spec["selector"] == labels
-        # The Service exposes the framework container's named port.
+        # The Service exposes the framework container's named port (where the replica
+        # listens; the others get none, and their Service the default port).
         fw = named(pod["spec"]["containers"], framework.container_name)
-        (port,) = [p["containerPort"] for p in fw["ports"] if p["name"] == framework.port_name]
+        ports = [p["containerPort"] for p in fw.get("ports", [])
+                 if p["name"] == framework.port_name]
+        rtype = framework.replica_type(rep.type)
+        assert rtype is not None
+        assert len(ports) == (1 if rtype.listens else 0), (name, fw.get("ports"))
+        port = ports[0] if ports else framework.default_port
         assert spec["ports"] == [{"name": framework.port_name, "port": port,
                                   "targetPort": port}]
         # The selector picks exactly this replica's pod.

@@ -227,6 +227,12 @@ def jobs_with_template(draw: st.DrawFn, kind: str) -> tuple[Doc, str, dict[str, 
     specs[key] = {"replicas": draw(st.integers(max(rtype.min_replicas, 1), most)),
                   "restartPolicy": draw(st.sampled_from([p.value for p in RestartPolicy])),
                   "template": tmpl}
+    fw = tmpl["spec"]["containers"][0]
+    if tmpl["spec"].get("hostNetwork") and rtype.listens and not any(
+            p["name"] == framework.port_name for p in fw.get("ports", [])):
+        # Under hostNetwork the user names the port (test_host_network.py).
+        fw["ports"] = [*fw.get("ports", []), {"name": framework.port_name,
+                                              "containerPort": 4000}]
     if "restartPolicy" in tmpl["spec"]:
         # Only the pods' own policy is accepted there (test_template_restart_policy.py).
         tmpl["spec"]["restartPolicy"] = pod_restart_policy(
@@ -249,6 +255,9 @@ def check_rendered_pod(pod: dict[str, Any], original: dict[str, Any], job: Job,
         if key not in ("containers", "restartPolicy"):
             assert spec[key] == value, key
     together = framework.replicas_restart_together
+    type_lower = pod["metadata"]["labels"]["trainjobs.io/replica-type"]
+    listens = next(t.listens for t in framework.replica_types
+                   if type_lower in {n.lower() for n in t.names})
     # Replicas that restart together are never restarted in place (the planner restarts all).
     assert spec["restartPolicy"] == ("Never" if together else POD_RESTART_POLICY[restart_policy])
 
@@ -280,7 +289,7 @@ def check_rendered_pod(pod: dict[str, Any], original: dict[str, Any], job: Job,
             assert not var["name"].startswith("USER_")
 
         old_ports = old.get("ports", [])
-        if old["name"] == framework.container_name and not any(
+        if old["name"] == framework.container_name and listens and not any(
                 p["name"] == framework.port_name for p in old_ports):
             assert new["ports"] == [*old_ports, {"name": framework.port_name,
                                                  "containerPort": framework.default_port}]

@@ -30,6 +30,7 @@ __all__ = [
     "RenderedJob",
     "expected_replicas",
     "kubernetes_layout",
+    "named_port",
     "pod_restart_policy",
     "render_job",
     "replica_counts",
@@ -96,13 +97,19 @@ def _framework_container(template: dict[str, Any], framework: Framework) -> dict
     return None
 
 
-def replica_port(job: Job, replica_type: str, framework: Framework) -> int:
-    """The framework port of a replica type: a container port named `<kind>-port`, else default."""
-    container = _framework_container(job.spec.replica_specs[replica_type].template, framework)
+def named_port(template: dict[str, Any], framework: Framework) -> int | None:
+    """The container port the template names `<kind>-port` in the framework container."""
+    container = _framework_container(template, framework)
     for port in (container or {}).get("ports", []):
         if port.get("name") == framework.port_name:
             return int(port["containerPort"])
-    return framework.default_port
+    return None
+
+
+def replica_port(job: Job, replica_type: str, framework: Framework) -> int:
+    """The framework port of a replica type: a container port named `<kind>-port`, else default."""
+    port = named_port(job.spec.replica_specs[replica_type].template, framework)
+    return framework.default_port if port is None else port
 
 
 def kubernetes_layout(job: Job, framework: Framework) -> ClusterLayout:
@@ -209,7 +216,9 @@ def _render_pod(
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
     plugins.adjust_pod(job, replica, pod, ctx)
     _inject_env(job, replica, pod, ctx, plugins, errors)
-    _ensure_port(pod, ctx.cluster.addresses[replica].port, ctx.framework)
+    rtype = framework.replica_type(replica.type)
+    if rtype is None or rtype.listens:
+        _ensure_port(pod, ctx.cluster.addresses[replica].port, ctx.framework)
     return pod
 
 

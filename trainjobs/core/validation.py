@@ -168,9 +168,10 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager,
         path = f"spec.replicaSpecs.{key}.template"
         template_errors = validate_pod_template(rspec.template, path)
         errors += template_errors
+        rtype = framework.replica_type(key)
         if not template_errors:
             errors += _check_template_restart_policy(key, rspec, framework)
-        rtype = framework.replica_type(key)
+            errors += _check_host_network_port(key, rspec, framework, rtype)
         if template_errors or rtype is None or rtype.container_optional:
             continue
         names = [c.get("name") for c in rspec.template["spec"]["containers"]]
@@ -222,6 +223,27 @@ def _check_template_restart_policy(key: str, rspec: ReplicaSpec,
            f"from spec.replicaSpecs.{key}.restartPolicy: {rspec.restart_policy.value}")
     return [SpecError(path, f"{declared} would be replaced by {rendered} ({why}); remove it "
                       f"from the template: spec.replicaSpecs.{key}.restartPolicy decides")]
+
+
+def _check_host_network_port(key: str, rspec: ReplicaSpec, framework: Framework,
+                             rtype: ReplicaType | None) -> list[SpecError]:
+    """Under hostNetwork a container port is a port of the node: trainjobs never picks one.
+
+    Two jobs whose pods got the same default port (2222) could never share a node (the
+    scheduler's NodePorts filter), and their programs would fight over it; the user names
+    the port where the framework listens, or nothing is added (replicas that do not listen)."""
+    from trainjobs.core.render import named_port  # render imports this module
+
+    spec = rspec.template["spec"]
+    if not spec.get("hostNetwork") or rtype is None or not rtype.listens or \
+            rspec.replicas == 0 or named_port(rspec.template, framework) is not None:
+        return []
+    return [SpecError(f"spec.replicaSpecs.{key}.template.spec.hostNetwork", f"with hostNetwork "
+                      f"the {framework.container_name} container's port is a port of the node:"
+                      f" name it (a containerPort named {framework.port_name!r} in the "
+                      f"{framework.container_name!r} container); trainjobs does not choose a "
+                      f"node port (the default {framework.default_port} would keep two jobs' "
+                      "pods off the same node)")]
 
 
 def _parse_metadata(raw: Any, errors: list[SpecError]) -> ObjectMeta | None:

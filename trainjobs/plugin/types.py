@@ -45,6 +45,10 @@ class ReplicaType:
     # True when replicas of this type may carry an elasticPolicy: the job keeps Running while
     # at least minReplicas of them run. False (the default) refuses elasticPolicy here.
     elastic: bool = False
+    # False when the framework does not listen on the framework port in these replicas
+    # (MXNet's servers and workers, Gloo's shards, TensorFlow's evaluator): the core then
+    # adds no containerPort, which under hostNetwork would become a port of the node.
+    listens: bool = True
 
     @property
     def names(self) -> tuple[str, ...]:
