@@ -108,6 +108,7 @@ class _State:
     lost_causes: Mapping[str, str] = field(default_factory=dict)
     # Pods recreated because the replica counts changed (their environment lists every peer).
     rescaled: list[str] = field(default_factory=list)
+    create_refused: str = ""
 
 
 def plan(
@@ -121,6 +122,7 @@ def plan(
     settings: PlannerSettings = PlannerSettings(),
     restart_together: bool = False,
     lost_causes: Mapping[str, str] | None = None,
+    create_refused: str = "",
 ) -> Plan:
     """Decide the next actions and the status for `job`.
 
@@ -132,10 +134,13 @@ def plan(
     deleting them (pod name -> cause, e.g. the DisruptionTarget reason), for the
     ReplicaLost events. Whether a pod was lost is decided from the status alone (a started
     index whose pod is gone), so it needs no memory across operator restarts.
+    `create_refused` says why the backend's creates for this job wait ("QuotaExceeded: ..."):
+    the Created condition's reason and the pending replicas' pendingReason tell it.
     """
     now = now or datetime.now(UTC)
     old = job.status
-    state = _State(job, now, Plan(), _status_dict(old), lost_causes=lost_causes or {})
+    state = _State(job, now, Plan(), _status_dict(old), lost_causes=lost_causes or {},
+                   create_refused=create_refused)
     for key in job.spec.replica_specs:
         rstatus = old.replica_statuses.get(key)
         state.started[key] = parse_indexes(rstatus.started_indexes) if rstatus else set()
@@ -159,6 +164,7 @@ def plan(
         state.status["startTime"] = _iso(now)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
+    _created_reason(state)
 
     outcomes: list[ReplicaOutcome] = []
     counted = set(old.counted_failures)
@@ -308,6 +314,20 @@ def _rescale(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -
     state.plan.events.append(Event(
         "Normal", "JobRescaled", f"replica counts changed to {counts}: recreating "
         f"{len(stale)} pod{'s' if len(stale) != 1 else ''} rendered for other counts"))
+
+
+def _created_reason(state: _State) -> None:
+    """While a quota refuses the job's pods, Created says so (reason QuotaExceeded, True: the
+    job is accepted and waits, as Kueue-style tools read it); then it says JobCreated again."""
+    for cond in state.status["conditions"]:
+        if cond["type"] != ConditionType.CREATED.value:
+            continue
+        reason, _, message = state.create_refused.partition(": ")
+        if state.create_refused and (cond["reason"], cond["message"]) != (reason, message):
+            cond.update(reason=reason, message=message)  # still True: no transition
+        elif not state.create_refused and cond["reason"] != "JobCreated":
+            cond.update(reason="JobCreated", message=f"{state.job.kind} {state.job.name} is "
+                        "created")
 
 
 def _forget_indexes(state: _State) -> None:
@@ -646,6 +666,9 @@ def _replica_statuses(
         phases = [o.phase for o in outcomes if o.replica.type == key]
         running = phases.count(ReplicaPhase.RUNNING)
         pending = phases.count(ReplicaPhase.PENDING)
+        have = {p.index for p in mine}
+        missing = any(o.replica.index not in have for o in outcomes
+                      if o.replica.type == key and o.phase is ReplicaPhase.PENDING)
         before = old.get(key)
         lost = (before.lost if before else 0) + state.lost.get(key, 0)
         total, recreated = restarts[key]
@@ -654,7 +677,8 @@ def _replica_statuses(
             "running": running,
             "pending": pending,
             "pendingReason": _pending_reason(p for p in mine if p.phase is PodPhase.PENDING
-                                             and not p.deleting) if pending else "",
+                                             and not p.deleting) or
+            (state.create_refused if missing else "") if pending else "",
             "succeeded": phases.count(ReplicaPhase.SUCCEEDED),
             "failed": sum(1 for p in mine if p.phase is PodPhase.FAILED and not p.disrupted),
             "restarts": total,

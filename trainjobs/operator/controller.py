@@ -32,6 +32,7 @@ from trainjobs.core.render import RenderedJob, render_job
 from trainjobs.core.validation import ReplicaLimit, parse_job
 from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
 from trainjobs.operator import metrics
+from trainjobs.operator.backoff import CreateGate
 from trainjobs.operator.cache import (
     JobEntry,
     OwnedEntry,
@@ -163,6 +164,7 @@ class Controller:
         self._status_pending: dict[str, float] = {}
         # Per job: replica pods that went without our delete (name -> what they showed).
         self._gone: dict[str, dict[str, str]] = {}
+        self.create_gate = CreateGate()
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
         # Kinds of extra objects plugins want watched (a gang scheduler's PodGroup).
@@ -201,6 +203,7 @@ class Controller:
             self._parsed.pop(jkey, None)
             self._status_pending.pop(jkey, None)
             self._gone.pop(jkey, None)
+            self.create_gate.clear(jkey)
             self.expectations.forget(jkey)
             return
         if current is not None and _older(new, current):
@@ -349,10 +352,16 @@ class Controller:
                         lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes),
                         settings=self.planner_settings,
                         restart_together=framework.replicas_restart_together,
-                        lost_causes=gone)
+                        lost_causes=gone, create_refused=self.create_gate.reason(key))
         if self.watched:
             decision.status = self._with_object_statuses(key, entry.uid, job, decision.status)
         await self._write_status(key, job, decision.status)
+        held = self.create_gate.wait(key)
+        if held > 0 and (decision.create_pods or decision.create_services or
+                         decision.create_extras):
+            # A quota refused this job's creates a moment ago: not again before its back-off.
+            decision.create_pods, decision.create_services, decision.create_extras = [], [], []
+            self.queue.add_after(key, held)
         await self._act(key, job, decision)
         if decision.requeue_after is not None:
             self.queue.add_after(key, decision.requeue_after)
@@ -475,6 +484,13 @@ class Controller:
                 await self._fail(key, job.model_copy(update={"status": decision.status}),
                                  "NameConflict", str(err))
                 return
+        quota = next((e for e in errors if isinstance(e, ApiForbidden) and e.quota_exceeded),
+                     None)
+        if quota is not None:
+            await self._wait_for_quota(key, job, quota)
+            errors = [e for e in errors if not (isinstance(e, ApiForbidden) and e.retryable)]
+        elif created and self.create_gate.clear(key):
+            self.queue.add(key)  # the planner drops the QuotaExceeded reason
         for err in errors:
             if isinstance(err, ApiBadRequest | ApiForbidden | ApiInvalid) and not err.retryable:
                 # The API server refuses what we built from this job: it cannot run as is.
@@ -486,6 +502,16 @@ class Controller:
         if errors:
             first = errors[0]
             raise TemporaryError(f"{len(errors)} API calls failed, first: {first}") from None
+
+    async def _wait_for_quota(self, key: str, job: Job, err: ApiForbidden) -> None:
+        """A ResourceQuota refused a create: not a failure, the quota may free up or be
+        raised. Hold the job's creates with a growing back-off and say why, on the job (the
+        planner's Created reason QuotaExceeded and pendingReason) and in an event."""
+        delay = self.create_gate.refuse(key, f"QuotaExceeded: {err.message}", err.retry_after)
+        self.queue.add_after(key, delay)
+        await self.events.emit(job, "Warning", "QuotaExceeded",
+                               f"ResourceQuota {err.quota} refuses the job's pods, waiting for "
+                               f"room (next try in {delay:.0f}s): {err.message}")
 
     async def _create(self, key: str, res: Resource, ns: str, body: dict[str, Any]) -> str:
         ref = f"{res.kind}/{body['metadata']['name']}"

@@ -1,0 +1,67 @@
+"""A create refused by a ResourceQuota waits with a growing back-off (per job, on a fake
+clock) and the job says why, with standard conditions; it proceeds when the quota allows."""
+
+from __future__ import annotations
+
+from trainjobs.core.planner import plan
+from trainjobs.operator.backoff import CreateGate
+
+from .planner_helpers import World, mx_doc
+
+REFUSED = ('QuotaExceeded: pods "mx-worker-1" is forbidden: exceeded quota: team-a, '
+           "requested: pods=1, used: pods=3, limited: pods=3")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_back_off_doubles_per_job_up_to_the_maximum() -> None:
+    clock = FakeClock()
+    gate = CreateGate(base_delay=1.0, max_delay=8.0, clock=clock)
+    assert gate.wait("a") == 0.0 and gate.reason("a") == ""
+    assert [gate.refuse("a", "QuotaExceeded: x") for _ in range(5)] == [1, 2, 4, 8, 8]
+    assert gate.wait("a") == 8.0 and gate.reason("a") == "QuotaExceeded: x"
+    assert gate.wait("b") == 0.0  # one job's back-off never holds another
+    clock.now += 5
+    assert gate.wait("a") == 3.0
+    clock.now += 3
+    assert gate.wait("a") == 0.0
+    assert gate.reason("a") == "QuotaExceeded: x"  # still waiting until a create succeeds
+    assert gate.clear("a") and not gate.clear("a")
+    assert gate.refuse("a", "QuotaExceeded: y") == 1.0  # a new episode starts over
+
+
+def test_retry_after_is_honoured() -> None:
+    gate = CreateGate(base_delay=1.0, clock=FakeClock())
+    assert gate.refuse("a", "x", retry_after=30.0) == 30.0
+
+
+def _plan(w: World, refused: str) -> None:
+    job = w.job
+    w.apply(plan(job, w.desired, list(w.pods.values()), set(w.services), set(w.extras),
+                 succeeded=lambda o: w.plugins.job_succeeded(job, w.framework, o),
+                 now=w.now, create_refused=refused))
+
+
+def test_the_job_says_it_waits_for_quota_and_is_not_failed() -> None:
+    w = World.of(mx_doc(workers=2))
+    _plan(w, "")
+    w.remove("mx-worker-1")  # the backend could not create it: quota
+    _plan(w, REFUSED)
+    created = next(c for c in w.status.conditions if c.type.value == "Created")
+    assert (created.status, created.reason) == ("True", "QuotaExceeded")
+    assert "exceeded quota: team-a" in created.message
+    assert w.state == "Created"
+    worker = w.status.replica_statuses["Worker"]
+    assert worker.pending_reason == REFUSED
+    assert w.status.replica_statuses["Server"].pending_reason == ""  # its pod exists
+    # The quota is raised: the next create goes through and the reason goes back.
+    _plan(w, "")
+    created = next(c for c in w.status.conditions if c.type.value == "Created")
+    assert (created.status, created.reason) == ("True", "JobCreated")
+    assert w.status.replica_statuses["Worker"].pending_reason == ""
