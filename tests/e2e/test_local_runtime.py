@@ -94,18 +94,22 @@ def test_killed_worker_fails_job_under_never(run_job: Any, mxnet_venv: Path,
 
 
 def _synthetic_job(tmp_path: Path, policy: str, program: str, backoff: int = 3) -> Path:
-    """Two Caffe2 shards running `program` (every shard must succeed for the job to)."""
+    """Two MXNet workers running `program` (every worker must succeed for the job to; the
+    scheduler and server run `sleep`). MXNet's replicas restart alone, in place or not."""
+    def rspec(replicas: int, command: list[str], restart: str) -> dict[str, Any]:
+        return {"replicas": replicas, "restartPolicy": restart,
+                "template": {"spec": {"containers": [{
+                    "name": "mxnet", "image": "unused", "command": command,
+                    "env": [{"name": "TRAINJOBS_TEST_REPLICA",
+                             "value": "synthetic-$(DMLC_WORKER_ID)"}]}]}}}
+
     job = {
-        "apiVersion": "trainjobs.io/v1alpha1", "kind": "Caffe2Job",
+        "apiVersion": "trainjobs.io/v1alpha1", "kind": "MxJob",
         "metadata": {"name": "synthetic"},
-        "spec": {"backend": {"type": "nfs", "nfsPath": str(tmp_path / "nfs")},
-                 "runPolicy": {"backoffLimit": backoff}, "replicaSpecs": {"Worker": {
-                     "replicas": 2, "restartPolicy": policy,
-                     "template": {"spec": {"containers": [{
-                         "name": "caffe2", "image": "unused",
-                         "command": ["python3", "-c", program],
-                         "env": [{"name": "TRAINJOBS_TEST_REPLICA",
-                                  "value": "synthetic-$(SHARD_ID)"}]}]}}}}},
+        "spec": {"runPolicy": {"backoffLimit": backoff}, "replicaSpecs": {
+            "Scheduler": rspec(1, ["sleep", "300"], "Never"),
+            "Server": rspec(1, ["sleep", "300"], "Never"),
+            "Worker": rspec(2, ["python3", "-c", program], policy)}},
     }
     path = tmp_path / "synthetic.yaml"
     path.write_text(yaml.safe_dump(job))
@@ -116,7 +120,7 @@ def _synthetic_job(tmp_path: Path, policy: str, program: str, backoff: int = 3) 
 # finds the marker (written before the kill) and exits 0.
 PROGRAM = """
 import os, pathlib, time
-shard = int(os.environ["SHARD_ID"])
+shard = int(os.environ["DMLC_WORKER_ID"])
 marker = pathlib.Path(os.environ["MARKER"])
 if shard == 1 and not marker.exists():
     marker.write_text("started once")
@@ -180,3 +184,43 @@ def test_sigterm_stops_every_replica(mxnet_venv: Path, tmp_path: Path) -> None:
     assert proc.returncode == 130, rest[-2000:]
     assert "Interrupted" in rest
     assert _pids_with("TRAINJOBS_TEST_REPLICA=") == [], "replica processes outlived the runner"
+
+
+@pytest.mark.parametrize(("example", "policy"), [("redis.yaml", "ExitCode"),
+                                                 ("nfs.yaml", "OnFailure")])
+def test_killed_gloo_shard_restarts_every_shard_into_a_fresh_rendezvous(
+        run_job: Any, gloo_venv: Path, tmp_path: Path, example: str, policy: str) -> None:
+    """The issue's reproduction, with the real Gloo: shard 1 SIGKILLed mid-training (exit
+    137). Every shard restarts as attempt 1 under a new RUN_ID (a shard restarted alone used
+    to rendezvous through the old attempt's store "in 0.0s" and abort: "Received data size
+    doesn't match expected size"); the job Succeeds within backoffLimit 1."""
+    def edit(doc: dict[str, Any]) -> None:
+        doc["metadata"]["name"] = f"gloo-kill-{example.removesuffix('.yaml')}"
+        doc["spec"]["runPolicy"]["backoffLimit"] = 1
+        if doc["spec"]["backend"]["type"] == "nfs":
+            doc["spec"]["backend"]["nfsPath"] = str(tmp_path / "nfs")
+        worker = doc["spec"]["replicaSpecs"]["Worker"]
+        worker["restartPolicy"] = policy
+        worker["template"]["spec"]["containers"][0]["args"] = ["--steps", "300"]
+        _tag_replicas(doc)
+
+    job = _variant(tmp_path, REPO / "examples" / "caffe2" / example, edit)
+    try:
+        killer = _kill_when(r"shard 1 step 5 ", "Worker-1")
+        run = run_job(job, gloo_venv, timeout=300, on_line=killer)
+    finally:
+        job.unlink()
+    assert killer.killed, f"shard 1 was never seen training:\n{run.output[-3000:]}"
+    assert run.returncode == 0, run.output[-4000:]
+    assert ": Succeeded in" in run.output
+    run_ids = re.findall(r"gloo process group up via \w+ rendezvous \(RUN_ID=(\S+)\)",
+                         run.output)
+    attempts = sorted({r.rsplit("-", 1)[1] for r in run_ids})
+    assert attempts == ["0", "1"], run_ids
+    assert "RestartingTogether: replicas of Caffe2Job restart together: starting attempt 1" \
+        in run.output
+    assert "doesn't match expected size" not in run.output
+    shards = run.by_role("worker")
+    assert sorted(s["index"] for s in shards) == list(range(shards[0]["num_shards"]))
+    assert len({s["param_checksum"] for s in shards}) == 1
+    assert _pids_with("TRAINJOBS_TEST_REPLICA=") == []
