@@ -716,6 +716,18 @@ def test_leader_election_can_be_enabled_with_one_replica(helm_offline: Helm) -> 
     assert one(docs, "Deployment")["metadata"]["name"] == "trainjobs"
 
 
+@pytest.mark.parametrize(("scheduler", "group"), [("coscheduling", "scheduling.x-k8s.io"),
+                                                  ("volcano", "scheduling.volcano.sh")])
+def test_gang_scheduling_grants_the_schedulers_podgroups(helm_offline: Helm, scheduler: str,
+                                                         group: str) -> None:
+    config = {"gangScheduling": {"scheduler": scheduler}}
+    docs = helm_offline.template("rel", "ops", {"controllerConfig": config})
+    # What the controller calls for a watched kind: list, watch, create, delete.
+    podgroups = {(group, "podgroups", v, "") for v in ("list", "watch", "create", "delete")}
+    assert rbac_grants(one(docs, "ClusterRole")["rules"]) == OPERATOR_GRANTS | podgroups
+    assert yaml.safe_load(one(docs, "ConfigMap")["data"]["controller-config.yaml"]) == config
+
+
 # -- server-side dry run of the rendered manifests -------------------------------------------
 
 

@@ -50,7 +50,8 @@ from trainjobs.plugin.types import (
 from .helpers import REPO, container, errors_of, job_doc, mxjob, replica, template
 
 BUILTIN_FRAMEWORKS = {"mxnet": "MxJob", "tensorflow": "TfJob", "caffe2": "Caffe2Job"}
-BUILTIN_FEATURES = {"accelerators", "tensorboard", "tf_ps_server", "managed_redis"}
+BUILTIN_FEATURES = {"accelerators", "tensorboard", "tf_ps_server", "managed_redis", "gang",
+                    "coscheduling", "volcano"}
 
 Install = Callable[..., Path]
 

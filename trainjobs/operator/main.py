@@ -43,13 +43,23 @@ def _controller_config(path: str | None) -> dict[str, Any]:
     return data
 
 
+def _with_gang_scheduler(config: dict[str, Any], scheduler: str | None) -> dict[str, Any]:
+    """`--gang-scheduler` wins over the config file's `gangScheduling.scheduler`."""
+    if scheduler is None:
+        return config
+    section = config.get("gangScheduling")
+    return {**config, "gangScheduling": {**(section if isinstance(section, dict) else {}),
+                                         "scheduler": scheduler}}
+
+
 def run_operator(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, args.log_level)
+    config = _with_gang_scheduler(_controller_config(args.controller_config_file),
+                                  args.gang_scheduler)
     settings = ControllerSettings(
         namespaces=tuple(args.namespace), concurrency=args.concurrency,
         status_coalesce_seconds=args.status_coalesce,
-        max_replicas_per_job=args.max_replicas_per_job,
-        controller_config=_controller_config(args.controller_config_file))
+        max_replicas_per_job=args.max_replicas_per_job, controller_config=config)
     host, _, port = args.http_address.rpartition(":")
     lease = LeaseSettings(args.leader_election_namespace, args.leader_election_id,
                           args.lease_duration, args.renew_deadline, args.retry_period)

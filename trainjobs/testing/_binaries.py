@@ -45,10 +45,10 @@ def missing_binaries(bin_dir: Path) -> list[str]:
     return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
 
 
-def build_script() -> Path | None:
-    """The build script: shipped in this package, or in the repository's ``scripts/``."""
+def build_script(name: str = SCRIPT_NAME) -> Path | None:
+    """A build script: shipped in this package, or in the repository's ``scripts/``."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / SCRIPT_NAME, here.parents[1] / "scripts" / SCRIPT_NAME):
+    for candidate in (here / name, here.parents[1] / "scripts" / name):
         if candidate.is_file():
             return candidate
     return None

@@ -78,6 +78,9 @@ class ClusterOptions:
     controller_manager_args: tuple[str, ...] = ()
     scheduler_args: tuple[str, ...] = ()
     kwok_args: tuple[str, ...] = ()
+    #: Gang schedulers to run beside kube-scheduler, with their CRDs: "coscheduling"
+    #: (scheduler-plugins), "volcano" (see ``_gang.py``; built once like the control plane).
+    gang_schedulers: tuple[str, ...] = ()
 
     def node_names(self) -> list[str]:
         return [f"{self.node_prefix}-{i}" for i in range(self.nodes)]
@@ -117,6 +120,7 @@ class ControlPlane:
         self.timings: dict[str, float] = {}
         self._processes: list[ProcessRef] = []
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
+        self._detach = False
 
     # -- start ------------------------------------------------------------------------------
 
@@ -160,6 +164,7 @@ class ControlPlane:
             ports=ports,
             node_names=options.node_names(),
         )
+        plane._detach = detach
         plane.timings["binaries"] = t_bin - t0
         plane.timings["pki"] = time.monotonic() - t_bin
         try:
@@ -176,19 +181,9 @@ class ControlPlane:
         lay = _flags.Layout(self.workdir, self.kubeconfig, self.pki, self.ports)
         stages = self.workdir / "kwok-stages.yaml"
         shutil.copyfile(options.stages or stages_file(), stages)
-        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
 
         def launch(name: str, argv: list[str], extra_env: Mapping[str, str] | None = None) -> None:
-            proc = start_daemon(
-                [str(self.bin_dir / name), *argv],
-                self.logs_dir / f"{name}.log",
-                env={**env, **(extra_env or {})},
-                cwd=self.workdir,
-                die_with_parent=not detach,
-            )
-            self._popens[proc.pid] = proc
-            self._processes.append(ProcessRef.of(name, proc.pid))
-            self._write_state()
+            self.launch(name, self.bin_dir / name, argv, extra_env)
 
         api = self.api()
         launch("etcd", _flags.etcd_args(lay))
@@ -231,8 +226,37 @@ class ControlPlane:
             "kube-scheduler /readyz",
             deadline,
         )
+        if options.gang_schedulers:
+            from trainjobs.testing._gang import start_gang_schedulers
+
+            start_gang_schedulers(self, options.gang_schedulers, deadline)
+            self.timings["gang_schedulers"] = time.monotonic() - t0
         self.timings["total"] = time.monotonic() - t0
         self._write_state()
+
+    def launch(
+        self,
+        name: str,
+        binary: Path,
+        argv: list[str],
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start one more daemon of this control plane (logs/<name>.log), stopped with it."""
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        proc = start_daemon(
+            [str(binary), *argv],
+            self.logs_dir / f"{name}.log",
+            env={**env, **(extra_env or {})},
+            cwd=self.workdir,
+            die_with_parent=not self._detach,
+        )
+        self._popens[proc.pid] = proc
+        self._processes.append(ProcessRef.of(name, proc.pid))
+        self._write_state()
+
+    def wait_until(self, ready: Callable[[], bool], what: str, deadline: float) -> None:
+        """Poll ``ready`` until ``deadline`` (monotonic); a daemon that exits fails at once."""
+        self._wait(ready, what, deadline)
 
     # -- files ------------------------------------------------------------------------------
 

@@ -22,7 +22,9 @@ STATE_FILE = "control-plane.json"
 # at once, etcd waits ~7 s for the apiserver's watch streams and the apiserver hangs on etcd;
 # in this order the whole shutdown takes ~1.2 s (the apiserver's own graceful stop).
 _STOP_GROUPS = (
-    ("kwok", "kube-scheduler", "kube-controller-manager"),
+    ("kwok", "kube-scheduler", "kube-controller-manager",
+     # the gang schedulers (_gang.py): clients of the apiserver like the others
+     "scheduler-plugins-scheduler", "scheduler-plugins-controller", "vc-scheduler"),
     ("kube-apiserver",),
     ("etcd",),
 )

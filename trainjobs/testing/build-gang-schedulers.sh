@@ -28,9 +28,18 @@ case "$which" in
     DEST="$CACHE/schedulers/scheduler-plugins-$VERSION"
     # binary name => package
     CMDS=("kube-scheduler=$MODULE/cmd/scheduler" "controller=$MODULE/cmd/controller")
-    CRDS=(config/crd/bases/scheduling.x-k8s.io_podgroups.yaml)
-    # upstream's Makefile stamps the version into component-base
-    LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$VERSION"
+    # its controller also watches ElasticQuotas (and logs errors without the CRD)
+    CRDS=(config/crd/bases/scheduling.x-k8s.io_podgroups.yaml
+      config/crd/bases/scheduling.x-k8s.io_elasticquotas.yaml)
+    # The Kubernetes version it is built on goes into component-base, as for the control
+    # plane: stamped with scheduler-plugins' own v0.34.7, as its Makefile does, the scheduler
+    # refuses to start ("emulation version 0.34 is not between [1.31, 0.34.0]").
+    K8S="v1.34.7"
+    LDFLAGS="-s -w"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      LDFLAGS+=" -X $pkg.gitVersion=$K8S -X $pkg.gitMajor=1 -X $pkg.gitMinor=34"
+      LDFLAGS+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+    done
     # The Go module proxy here refuses these staging modules at v0.34.5-v0.34.7 (403 "not
     # available"), and Go needs the go.mod of every module in the graph: pin them to the
     # nearest patch that answers for all of them. Only csi-translation-lib is compiled in.
@@ -130,11 +139,11 @@ done
 # Each binary must report the pinned version. (Read into a variable first: `cmd | grep -q`
 # under pipefail fails when grep exits before cmd has written everything, SIGPIPE.)
 case "$which" in
-  coscheduling) reported=$("$PARTIAL/kube-scheduler" --version); want="$VERSION" ;;
+  coscheduling) reported=$("$PARTIAL/kube-scheduler" --version); want="Kubernetes $K8S" ;;
   volcano) reported=$("$PARTIAL/vc-scheduler" --version); want="Version: $VERSION" ;;
 esac
 [[ "$reported" == *"$want"* ]] \
-  || { echo "error: $which reports '$reported', not $VERSION" >&2; exit 1; }
+  || { echo "error: $which reports '$reported', not '$want'" >&2; exit 1; }
 mkdir -p "$DEST/crds.partial"
 for f in "${CRDS[@]}"; do cp "$upstream_dir/$f" "$DEST/crds.partial/"; done
 chmod -R u+w "$DEST/crds.partial"

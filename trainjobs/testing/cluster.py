@@ -1,9 +1,10 @@
 """Command line for the dev control plane: ``python -m trainjobs.testing.cluster up|down|status``.
 
 ``up`` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK with fake
-nodes in ``--workdir`` and returns once everything is ready, leaving the daemons running; its
-last line on stdout is the admin kubeconfig path, so ``export KUBECONFIG=$(... up ...)``
-works. ``down`` stops them (SIGTERM, then SIGKILL, by process group) and leaves no process.
+nodes (and, with ``--gang-scheduler``, scheduler-plugins' Coscheduling or Volcano) in
+``--workdir`` and returns once everything is ready, leaving the daemons running; its last line
+on stdout is the admin kubeconfig path, so ``export KUBECONFIG=$(... up ...)`` works.
+``down`` stops them (SIGTERM, then SIGKILL, by process group) and leaves no process.
 The library behind it is :class:`trainjobs.testing.ControlPlane`.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from trainjobs.testing._controlplane import ClusterOptions, ControlPlane
 from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._gang import GANG_SCHEDULERS
 from trainjobs.testing._state import read_state, stop_control_plane
 
 
@@ -34,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--node-pods", default="110", help="pod capacity per node (default 110)")
     up.add_argument("--timeout", type=float, default=120.0, help="start-up limit in seconds")
     up.add_argument("--stages", type=Path, help="KWOK stages replacing the packaged ones")
+    up.add_argument("--gang-scheduler", action="append", default=[],
+                    choices=sorted(GANG_SCHEDULERS), dest="gang_schedulers",
+                    help="also run this gang scheduler with its CRDs (repeatable; built once)")
     down = sub.add_parser("down", help="stop the control plane started in --workdir")
     down.add_argument("--workdir", type=Path, required=True)
     status = sub.add_parser("status", help="print the state file of --workdir")
@@ -54,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 node_pods=args.node_pods,
                 start_timeout=args.timeout,
                 stages=args.stages,
+                gang_schedulers=tuple(args.gang_schedulers),
             )
             plane = ControlPlane.start(args.workdir, options, detach=True)
             print(

@@ -119,6 +119,16 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- $gang := (.Values.controllerConfig.gangScheduling | default dict).scheduler | default "none" }}
+{{- if eq $gang "coscheduling" }}
+- apiGroups: ["scheduling.x-k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["list", "watch", "create", "delete"]
+{{- else if eq $gang "volcano" }}
+- apiGroups: ["scheduling.volcano.sh"]
+  resources: ["podgroups"]
+  verbs: ["list", "watch", "create", "delete"]
+{{- end }}
 {{- end }}
 
 {{/* Values that JSON schema cannot check. */}}
