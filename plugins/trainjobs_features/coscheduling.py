@@ -10,76 +10,26 @@ written by scheduler-plugins' controller.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainjobs.plugin import (
-    Job,
-    ObjectStatus,
-    OwnedResource,
-    RenderContext,
-    Replica,
-    hookimpl,
-)
-from trainjobs_features.gang import (
-    gang_config,
-    gang_for,
-    min_member,
-    min_resources,
-)
+from trainjobs.plugin import Job
+from trainjobs_features.gang import GangConfig, GangPlugin, pod_group_counts
 
-__all__ = ["API_VERSION", "POD_GROUP_LABEL", "trainjobs_adjust_pod", "trainjobs_extra_objects",
-           "trainjobs_object_status", "trainjobs_owned_resources"]
+__all__ = ["API_VERSION", "POD_GROUP_LABEL", "plugin"]
 
-SCHEDULER = "coscheduling"
 API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
-@hookimpl
-def trainjobs_owned_resources(
-    controller_config: Mapping[str, object],
-) -> Sequence[OwnedResource] | None:
-    if gang_config(controller_config).scheduler != SCHEDULER:
-        return None
-    return [OwnedResource(API_VERSION, "PodGroup", "podgroups", with_replicas=True)]
+def _spec(job: Job, config: GangConfig) -> dict[str, Any]:
+    timeout = config.schedule_timeout_seconds
+    return {} if timeout is None else {"scheduleTimeoutSeconds": timeout}
 
 
-@hookimpl
-def trainjobs_adjust_pod(job: Job, replica: Replica, pod: dict[str, Any],
-                         ctx: RenderContext) -> None:
-    config = gang_for(SCHEDULER, ctx)
-    if config is None:
-        return
-    pod["metadata"]["labels"][POD_GROUP_LABEL] = job.name
-    # A template that names its scheduler keeps it (docs/scheduling.md says so).
-    pod["spec"].setdefault("schedulerName", config.scheduler_name)
+def _describe(obj: dict[str, Any]) -> tuple[str, str]:
+    # Why a pod waits is on the pod (FailedScheduling); the group has its counts.
+    phase = str((obj.get("status") or {}).get("phase") or "Pending")
+    return phase, pod_group_counts(obj, "scheduled", "running", "succeeded", "failed")
 
 
-@hookimpl
-def trainjobs_extra_objects(job: Job, ctx: RenderContext) -> Sequence[dict[str, Any]] | None:
-    config = gang_for(SCHEDULER, ctx)
-    if config is None:
-        return None
-    members = min_member(job)
-    spec: dict[str, Any] = {"minMember": members}
-    resources = min_resources(job, members)
-    if resources:
-        spec["minResources"] = resources
-    if config.schedule_timeout_seconds is not None:
-        spec["scheduleTimeoutSeconds"] = config.schedule_timeout_seconds
-    return [{"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": {"name": job.name},
-             "spec": spec}]
-
-
-@hookimpl
-def trainjobs_object_status(job: Job, obj: dict[str, Any]) -> ObjectStatus | None:
-    if obj.get("apiVersion") != API_VERSION or obj.get("kind") != "PodGroup":
-        return None
-    status = obj.get("status") or {}
-    members = (obj.get("spec") or {}).get("minMember", 0)
-    phase = str(status.get("phase") or "Pending")
-    message = (f"minMember {members}: {status.get('scheduled', 0)} scheduled, "
-               f"{status.get('running', 0)} running, {status.get('succeeded', 0)} succeeded, "
-               f"{status.get('failed', 0)} failed")
-    return ObjectStatus("PodGroup", str(obj["metadata"]["name"]), phase, message)
+plugin = GangPlugin("coscheduling", API_VERSION, ("labels", POD_GROUP_LABEL), _spec, _describe)

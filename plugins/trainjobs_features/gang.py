@@ -18,15 +18,26 @@ gang-schedules: `trainjobs run` starts every replica at once anyway.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from trainjobs.plugin import Framework, Job, PluginError, RenderContext, SpecError, hookimpl
+from trainjobs.plugin import (
+    Framework,
+    Job,
+    ObjectStatus,
+    OwnedResource,
+    PluginError,
+    RenderContext,
+    Replica,
+    SpecError,
+    hookimpl,
+)
 
-__all__ = ["CONFIG_KEY", "SCHEDULERS", "GangConfig", "format_quantity", "gang_config",
-           "gang_for", "min_member", "min_resources", "parse_quantity", "trainjobs_validate"]
+__all__ = ["CONFIG_KEY", "SCHEDULERS", "GangConfig", "GangPlugin", "format_quantity",
+           "gang_config", "gang_for", "min_member", "min_resources", "parse_quantity",
+           "pod_group_counts", "trainjobs_validate"]
 
 CONFIG_KEY = "gangScheduling"
 #: The schedulers and the schedulerName their pods get unless the config says otherwise:
@@ -71,6 +82,71 @@ def gang_for(scheduler: str, ctx: RenderContext) -> GangConfig | None:
         return None
     config = gang_config(ctx.controller_config)
     return config if config.scheduler == scheduler else None
+
+
+class GangPlugin:
+    """The hooks both gang plugins share. Per scheduler: its name, its PodGroup's apiVersion,
+    where a pod names its group (`member`: metadata "labels" or "annotations", and the key),
+    what its PodGroup's spec holds besides minMember/minResources (`spec`), and how to read
+    a PodGroup's status as (phase, message) (`describe`)."""
+
+    def __init__(self, scheduler: str, api_version: str, member: tuple[str, str],
+                 spec: Callable[[Job, GangConfig], dict[str, Any]],
+                 describe: Callable[[dict[str, Any]], tuple[str, str]]) -> None:
+        self.scheduler = scheduler
+        self.api_version = api_version
+        self.member = member
+        self.spec = spec
+        self.describe = describe
+
+    @hookimpl
+    def trainjobs_owned_resources(
+        self, controller_config: Mapping[str, object],
+    ) -> Sequence[OwnedResource] | None:
+        """Watch the PodGroups when this scheduler is chosen; they go with the pods (suspend,
+        cleanup) and come back with them."""
+        if gang_config(controller_config).scheduler != self.scheduler:
+            return None
+        return [OwnedResource(self.api_version, "PodGroup", "podgroups", with_replicas=True)]
+
+    @hookimpl
+    def trainjobs_adjust_pod(self, job: Job, replica: Replica, pod: dict[str, Any],
+                             ctx: RenderContext) -> None:
+        config = gang_for(self.scheduler, ctx)
+        if config is not None:
+            where, key = self.member
+            pod["metadata"].setdefault(where, {})[key] = job.name
+            # A template that names its scheduler keeps it (docs/scheduling.md says so).
+            pod["spec"].setdefault("schedulerName", config.scheduler_name)
+
+    @hookimpl
+    def trainjobs_extra_objects(self, job: Job,
+                                ctx: RenderContext) -> Sequence[dict[str, Any]] | None:
+        """The job's PodGroup, named like the job."""
+        config = gang_for(self.scheduler, ctx)
+        if config is None:
+            return None
+        members = min_member(job)
+        spec: dict[str, Any] = {"minMember": members, **self.spec(job, config)}
+        resources = min_resources(job, members)
+        if resources:
+            spec["minResources"] = resources
+        return [{"apiVersion": self.api_version, "kind": "PodGroup",
+                 "metadata": {"name": job.name}, "spec": spec}]
+
+    @hookimpl
+    def trainjobs_object_status(self, job: Job, obj: dict[str, Any]) -> ObjectStatus | None:
+        if obj.get("apiVersion") != self.api_version or obj.get("kind") != "PodGroup":
+            return None
+        phase, message = self.describe(obj)
+        return ObjectStatus("PodGroup", str(obj["metadata"]["name"]), phase, message)
+
+
+def pod_group_counts(obj: Mapping[str, Any], *fields: str) -> str:
+    """`minMember 6: 0 scheduled, 2 running, ...` from a PodGroup's spec and status."""
+    status = obj.get("status") or {}
+    counts = ", ".join(f"{status.get(f, 0)} {f}" for f in fields)
+    return f"minMember {(obj.get('spec') or {}).get('minMember', 0)}: {counts}"
 
 
 def min_member(job: Job) -> int:
