@@ -21,17 +21,15 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration import test_helm_chart as chart
 from tests.integration.operator_helpers import Namespace, Operators, job, replica
-from tests.integration.test_helm_chart import (  # noqa: F401  (fixtures)
-    CHART,
-    Helm,
-    helm_binary,
-    helm_offline,
-    one,
-    values_args,
-)
+from tests.integration.test_helm_chart import CHART, Helm, one, values_args
 
 pytestmark = pytest.mark.integration
+
+# The chart tests' Helm fixtures (built once per session), shared.
+helm_binary = chart.helm_binary
+helm_offline = chart.helm_offline
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = CHART / "dashboards" / "trainjobs.json"
