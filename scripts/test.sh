@@ -15,7 +15,8 @@ step "control plane binaries (kube-apiserver, controller-manager, scheduler, kub
 bin=$(scripts/build-control-plane.sh | tee /dev/stderr | tail -n 1)
 export TRAINJOBS_CONTROL_PLANE_BIN=$bin
 step "gang schedulers (scheduler-plugins' Coscheduling, Volcano's vc-scheduler)"
-for gang in coscheduling volcano; do scripts/build-gang-schedulers.sh "$gang" | tail -n 1; done
+# Progress (what is built, how long each binary took) goes to the log; nothing is kept.
+for gang in coscheduling volcano; do scripts/build-gang-schedulers.sh "$gang" >&2; done
 step "helm (built from the Go module proxy)"
 scripts/get-helm.sh >/dev/null
 step "redis-server"

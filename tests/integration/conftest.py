@@ -26,9 +26,20 @@ from pathlib import Path
 import pytest
 
 from tests.integration.operator_helpers import CRDS_DIR, Namespace, Operators
-from trainjobs.testing import ControlPlane, apply_crds
+from trainjobs.testing import GANG_SCHEDULERS, ControlPlane, apply_crds, find_gang_scheduler
 
 _OPERATORS = pytest.StashKey[Operators]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the gang schedulers before any test runs when their tests are collected (a cold
+    build takes longer than a test may); `make test` has built them already."""
+    if session.config.option.collectonly:
+        return
+    if any("gang_cluster" in getattr(item, "fixturenames", ()) for item in session.items):
+        for name in GANG_SCHEDULERS:
+            find_gang_scheduler(name)
 
 
 @pytest.fixture(scope="session")

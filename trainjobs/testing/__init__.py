@@ -22,12 +22,14 @@ from trainjobs.testing._controlplane import (
 )
 from trainjobs.testing._crds import apply_crds
 from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._gang import GANG_SCHEDULERS, find_gang_scheduler
 from trainjobs.testing._kubectl import KubectlError
 from trainjobs.testing._state import stop_control_plane
 
 __all__ = [
     "EXIT_CODE_ANNOTATION",
     "FAIL_TIMES_ANNOTATION",
+    "GANG_SCHEDULERS",
     "K8S_VERSION",
     "KWOK_VERSION",
     "RUN_DURATION_ANNOTATION",
@@ -37,6 +39,7 @@ __all__ = [
     "KubectlError",
     "apply_crds",
     "find_binaries",
+    "find_gang_scheduler",
     "stages_file",
     "stop_control_plane",
 ]
