@@ -4,15 +4,20 @@
 #
 # Stage 1 builds the trainjobs wheel (the operator, the CLI and the built-in plugins, which
 # register through the `trainjobs` entry-point group exactly as a third-party plugin would) and
-# the wheels of its dependencies. Stage 2 installs only those wheels, from the local directory,
-# into a slim Python: no compiler, no build tools, no source tree.
+# fetches the wheels of exactly the runtime dependencies uv.lock pins (hash-checked). Stage 2
+# installs only those wheels, from the local directory, into a slim Python: no compiler, no
+# build tools, no source tree. `make image` builds the same image without Docker
+# (scripts/build-image.sh).
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY . .
-RUN pip wheel --wheel-dir /wheels .
+RUN pip install uv==0.13.9 \
+ && uv export --frozen --no-emit-project --no-dev -o /tmp/requirements.txt \
+ && pip download --only-binary=:all: --require-hashes -r /tmp/requirements.txt -d /wheels \
+ && uv build --wheel --out-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
@@ -25,7 +30,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels trainjobs \
+    pip install --no-index --no-deps /wheels/*.whl \
  && groupadd --gid 65532 trainjobs \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin trainjobs \

@@ -9,7 +9,7 @@ SHELL := /bin/bash
 export TRAINJOBS_CACHE ?= $(HOME)/.cache/trainjobs
 PYTEST_ARGS ?=
 
-.PHONY: test demo bench lint unit integration e2e prepare dev control-plane venvs redis crds
+.PHONY: test demo bench lint unit integration e2e prepare dev control-plane venvs redis crds lock
 
 ## make test: the whole suite, exactly as CI runs it.
 test:
@@ -24,8 +24,7 @@ demo:
 ## plots go to docs/benchmarks/. BENCH_ARGS reach both programs (e.g. BENCH_ARGS=--help).
 BENCH_ARGS ?=
 bench:
-	@venv=$$(scripts/dev-venv.sh); root=$$(pwd); \
-	UV_CACHE_DIR=$${UV_CACHE_DIR:-$$TRAINJOBS_CACHE/uv-cache} "$$(scripts/uv.sh)" pip install --quiet --python "$$venv/bin/python" -e "$$root[test,bench]"; \
+	@venv=$$(DEV_VENV_EXTRAS="--extra bench" scripts/dev-venv.sh); \
 	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \
 	"$$venv/bin/python" -m bench.fanout $(BENCH_ARGS); \
 	"$$venv/bin/python" -m bench.scale $(BENCH_ARGS); \
@@ -34,6 +33,14 @@ bench:
 
 dev:
 	@scripts/dev-venv.sh
+
+## make lock: re-resolve uv.lock after a change to pyproject.toml's dependencies, then commit
+## it (make test installs only what uv.lock pins, and refuses a lock that does not match).
+## LOCK_ARGS="--upgrade" moves every pin to the newest version allowed,
+## LOCK_ARGS="--upgrade-package NAME" one package.
+LOCK_ARGS ?=
+lock:
+	@UV_CACHE_DIR=$${UV_CACHE_DIR:-$$TRAINJOBS_CACHE/uv-cache} "$$(scripts/uv.sh)" lock $(LOCK_ARGS)
 
 control-plane:
 	@scripts/build-control-plane.sh
