@@ -6,8 +6,7 @@
 # register through the `trainjobs` entry-point group exactly as a third-party plugin would) and
 # fetches the wheels of exactly the runtime dependencies uv.lock pins (hash-checked). Stage 2
 # installs only those wheels, from the local directory, into a slim Python: no compiler, no
-# build tools, no source tree. `make image` builds the same image without Docker
-# (scripts/build-image.sh).
+# build tools, no source tree.
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build
