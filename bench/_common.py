@@ -31,12 +31,14 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from trainjobs.testing import (
+    AUDIT_WRITES,
     EXIT_CODE_ANNOTATION,
     K8S_VERSION,
     KWOK_VERSION,
     RUN_DURATION_ANNOTATION,
     ClusterOptions,
     ControlPlane,
+    agent_of,
     apply_crds,
 )
 from trainjobs.testing._process import free_ports
@@ -54,15 +56,6 @@ DEFAULT_OPERATOR_CMD = (
     "--http-address 127.0.0.1:{port} --log-level warning --concurrency {concurrency} "
     "--namespace {namespace}"
 )
-_AUDIT_POLICY = """\
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-- level: Metadata
-  verbs: [create, update, patch, delete, deletecollection]
-- level: None
-"""
 
 
 def log(msg: str) -> None:
@@ -146,15 +139,6 @@ class Cluster:
               controller_manager_args: Sequence[str] = ()) -> Cluster:
         workdir = workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
-        args = list(apiserver_args)
-        audit_log = None
-        if audit:
-            policy = workdir / "audit-policy.yaml"
-            policy.write_text(_AUDIT_POLICY)
-            audit_log = workdir / "logs" / "audit.log"
-            args += [f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}",
-                     "--audit-log-format=json", "--audit-log-maxbackup=0",
-                     "--audit-log-maxsize=0"]
         # kube-scheduler's client defaults to 50 requests/s (one bind per pod): that, not the
         # machine, would set the pace of "all pods Running". A later --config wins.
         sched = workdir / "bench-scheduler.yaml"
@@ -168,7 +152,8 @@ class Cluster:
         }))
         options = ClusterOptions(
             nodes=nodes, node_pods=str(node_pods), node_cpu="1000", node_memory="4Ti",
-            start_timeout=300.0, apiserver_args=tuple(args),
+            start_timeout=300.0, apiserver_args=tuple(apiserver_args),
+            audit_policy=AUDIT_WRITES if audit else None,
             scheduler_args=(f"--config={sched}",),
             controller_manager_args=tuple(controller_manager_args))
         log(f"starting control plane: {nodes} KWOK nodes x {node_pods} pods in {workdir}")
@@ -179,42 +164,20 @@ class Cluster:
             plane.stop()
             raise
         log(f"control plane ready in {plane.timings.get('total', 0):.1f}s: {plane.server}")
-        return cls(plane, audit_log)
+        return cls(plane, plane.audit_log)
 
     def stop(self) -> None:
         self.plane.stop()
 
     def audit_offset(self) -> int:
-        if self.audit_log is None:
-            return 0
-        try:
-            return self.audit_log.stat().st_size
-        except FileNotFoundError:
-            return 0
+        return self.plane.audit_offset()
 
     def audit_since(self, offset: int) -> list[dict[str, Any]]:
         """Audit events (writes) logged after `offset` bytes."""
-        if self.audit_log is None or not self.audit_log.exists():
-            return []
-        out = []
-        with self.audit_log.open("rb") as f:
-            f.seek(offset)
-            for line in f:
-                with contextlib.suppress(ValueError):
-                    out.append(json.loads(line))
-        return out
+        return self.plane.audit_events(offset)
 
 
-def agent_of(user_agent: str) -> str:
-    """Which component an audit event's user agent names."""
-    ua = user_agent.lower()
-    for prefix, name in (("kube-scheduler", "kube-scheduler"),
-                         ("kube-controller-manager", "kube-controller-manager"),
-                         ("kwok", "kwok"), (CEILING_UA, "ceiling"), (BENCH_UA, "bench"),
-                         ("kube-apiserver", "kube-apiserver"), ("kubectl", "kubectl")):
-        if ua.startswith(prefix):
-            return name
-    return "operator"
+_BENCH_AGENTS = ((CEILING_UA, "ceiling"), (BENCH_UA, "bench"))
 
 
 def audit_writes(events: Iterable[dict[str, Any]], namespace: str | None = None
@@ -227,7 +190,7 @@ def audit_writes(events: Iterable[dict[str, Any]], namespace: str | None = None
             continue
         res = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource")
                                           else "")
-        who = agent_of(ev.get("userAgent", ""))
+        who = agent_of(ev.get("userAgent", ""), _BENCH_AGENTS)
         out.setdefault(who, Counter())[f"{ev.get('verb', '?')} {res}"] += 1
     return out
 

@@ -23,6 +23,7 @@ import http.client
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,15 +31,16 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from trainjobs.testing import _flags
+from trainjobs.testing._audit import AUDIT_LOG, audit_args, read_events, size_of
 from trainjobs.testing._binaries import find_binaries
 from trainjobs.testing._errors import ControlPlaneError
 from trainjobs.testing._kubeapi import KubeAPI, insecure_ok, ok, serving
 from trainjobs.testing._kubectl import run_kubectl, write_kubeconfig
 from trainjobs.testing._pki import Pki, make_pki
-from trainjobs.testing._process import ProcessRef, free_ports, start_daemon
+from trainjobs.testing._process import ProcessRef, free_ports, start_daemon, stop_processes
 from trainjobs.testing._state import (
     STATE_FILE,
     ControlPlaneState,
@@ -81,6 +83,9 @@ class ClusterOptions:
     #: Gang schedulers to run beside kube-scheduler, with their CRDs: "coscheduling"
     #: (scheduler-plugins), "volcano" (see ``_gang.py``; built once like the control plane).
     gang_schedulers: tuple[str, ...] = ()
+    #: An audit policy (e.g. ``AUDIT_WRITES``): the API server logs what it selects to
+    #: ``logs/audit.log`` (read with :meth:`ControlPlane.audit_events`). None: no audit log.
+    audit_policy: str | None = None
 
     def node_names(self) -> list[str]:
         return [f"{self.node_prefix}-{i}" for i in range(self.nodes)]
@@ -118,9 +123,16 @@ class ControlPlane:
         self.kubeconfig = workdir / KUBECONFIG_FILE
         self.logs_dir = workdir / "logs"
         self.timings: dict[str, float] = {}
+        #: Components the harness restarted because they died after a restart it was asked
+        #: for (see :meth:`restart`), with the reason from their log.
+        self.healed: list[str] = []
         self._processes: list[ProcessRef] = []
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
+        self._commands: dict[str, tuple[list[str], dict[str, str]]] = {}
+        self._stopped: set[str] = set()
+        self._audit_log: Path | None = None
         self._detach = False
+        self.last_start: dict[str, float] = {}
 
     # -- start ------------------------------------------------------------------------------
 
@@ -186,8 +198,15 @@ class ControlPlane:
             self.launch(name, self.bin_dir / name, argv, extra_env)
 
         api = self.api()
+        audit: list[str] = []
+        if options.audit_policy is not None:
+            policy = self.workdir / "audit-policy.yaml"
+            policy.write_text(options.audit_policy)
+            self._audit_log = self.logs_dir / AUDIT_LOG
+            audit = audit_args(policy, self._audit_log)
         launch("etcd", _flags.etcd_args(lay))
-        launch("kube-apiserver", [*_flags.apiserver_args(lay), *options.apiserver_args])
+        launch("kube-apiserver",
+               [*_flags.apiserver_args(lay), *audit, *options.apiserver_args])
         self._wait(lambda: serving(api), "kube-apiserver to serve", deadline)
         self.timings["apiserver_serving"] = time.monotonic() - t0
         launch(
@@ -241,22 +260,25 @@ class ControlPlane:
         argv: list[str],
         extra_env: Mapping[str, str] | None = None,
     ) -> None:
-        """Start one more daemon of this control plane (logs/<name>.log), stopped with it."""
+        """Start one more daemon of this control plane (logs/<name>.log), stopped with it;
+        its command line is kept so that :meth:`restart` can start it again."""
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-        proc = start_daemon(
-            [str(binary), *argv],
-            self.logs_dir / f"{name}.log",
-            env={**env, **(extra_env or {})},
-            cwd=self.workdir,
-            die_with_parent=not self._detach,
-        )
-        self._popens[proc.pid] = proc
-        self._processes.append(ProcessRef.of(name, proc.pid))
-        self._write_state()
+        self._commands[name] = ([str(binary), *argv], {**env, **(extra_env or {})})
+        self._launch(name)
 
     def wait_until(self, ready: Callable[[], bool], what: str, deadline: float) -> None:
         """Poll ``ready`` until ``deadline`` (monotonic); a daemon that exits fails at once."""
         self._wait(ready, what, deadline)
+
+    def _launch(self, name: str) -> None:
+        argv, env = self._commands[name]
+        proc = start_daemon(argv, self.logs_dir / f"{name}.log", env=env, cwd=self.workdir,
+                            die_with_parent=not self._detach)
+        self._popens[proc.pid] = proc
+        self._processes = [r for r in self._processes if r.name != name]
+        self._processes.append(ProcessRef.of(name, proc.pid))
+        self._stopped.discard(name)
+        self._write_state()
 
     # -- files ------------------------------------------------------------------------------
 
@@ -278,14 +300,9 @@ class ControlPlane:
 
     def _wait(self, ready: Callable[[], bool], what: str, deadline: float) -> None:
         while True:
-            for ref in self._processes:
-                proc = self._popens.get(ref.pid)
-                if proc is not None and proc.poll() is not None:
-                    raise ControlPlaneError(
-                        f"{ref.name} exited with status {proc.returncode} while waiting for "
-                        f"{what}; log {self.logs_dir / (ref.name + '.log')}:\n"
-                        f"{self.log_tail(ref.name)}"
-                    )
+            dead = self.dead()
+            if dead:
+                raise ControlPlaneError(f"while waiting for {what}: " + "\n".join(dead))
             if ready():
                 return
             if time.monotonic() > deadline:
@@ -373,6 +390,117 @@ class ControlPlane:
         held = {lease["metadata"]["name"] for lease in resp.json().get("items", [])}
         return held.issuperset(self.node_names)
 
+    # -- health and restarts ----------------------------------------------------------------
+
+    def dead(self) -> list[str]:
+        """One line per component that exited without being told to (name, exit status, log
+        and its tail); empty when all run. A test that waits on pods while the scheduler is
+        dead would otherwise only see them stay Pending."""
+        out = []
+        for ref in self._processes:
+            if ref.name in self._stopped:
+                continue
+            proc = self._popens.get(ref.pid)
+            if proc is not None:
+                code = proc.poll()
+                if code is None:
+                    continue
+            elif ref.alive():
+                continue
+            else:
+                code = None
+            out.append(
+                f"{ref.name} exited (status {code}); log {self.logs_dir / (ref.name + '.log')}:"
+                f"\n{self.log_tail(ref.name)}"
+            )
+        return out
+
+    def check_alive(self) -> None:
+        """Raise :class:`ControlPlaneError` naming every component that died, with its log."""
+        dead = self.dead()
+        if dead:
+            raise ControlPlaneError("control plane component died: " + "\n".join(dead))
+
+    def kill(self, component: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (default SIGKILL) to one component and wait until it is gone; it
+        stays down (and is not reported by :meth:`dead`) until :meth:`start_component`."""
+        refs = [r for r in self._processes if r.name == component]
+        if not refs:
+            raise ControlPlaneError(f"no component {component!r} (have {sorted(self.pids)})")
+        self._stopped.add(component)
+        if sig != signal.SIGTERM:
+            for ref in refs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(ref.pid, sig)
+        left = stop_processes(refs, popens=self._popens)
+        if left:
+            raise ControlPlaneError(f"{component} still running after SIGKILL")
+
+    def start_component(self, component: str, timeout: float = 60.0) -> None:
+        """Start a stopped component again with its first command line, and wait until it
+        serves (the API server: /readyz; etcd: the API server's etcd check; the scheduler:
+        its /readyz)."""
+        if component not in self._commands:
+            raise ControlPlaneError(f"no component {component!r}")
+        self._launch(component)
+        self.wait_serving(component, timeout)
+
+    def wait_serving(self, component: str, timeout: float = 60.0) -> None:
+        """Wait until ``component`` serves again; :attr:`last_start` records when (wall clock:
+        ``started``, ``serving`` - the API server answers at all - and ``ready``)."""
+        deadline = time.monotonic() + timeout
+        api = self.api()
+        self.last_start = {"started": time.time()}
+        if component in ("kube-apiserver", "etcd"):
+            if component == "kube-apiserver":
+                self._wait(lambda: serving(api), "kube-apiserver to serve", deadline)
+                self.last_start["serving"] = time.time()
+            self._wait(lambda: ok(api, "/readyz"), f"kube-apiserver /readyz after {component}",
+                       deadline)
+        elif component in ("kube-scheduler", "kube-controller-manager"):
+            path = "/readyz" if component == "kube-scheduler" else "/healthz"
+            self._wait(lambda: insecure_ok(self.ports[component], path),
+                       f"{component} {path}", deadline)
+        self.last_start["ready"] = time.time()
+
+    def restart(self, component: str, *, down: float = 0.0, sig: int = signal.SIGKILL,
+                timeout: float = 60.0) -> list[str]:
+        """Kill one component, keep it down ``down`` seconds, start it again and wait until it
+        serves. A supported operation for etcd and the API server too (the chaos suite's
+        outages): after those, every other component gets ``timeout`` seconds to be healthy
+        again, and one that exited meanwhile is started again (kube-scheduler v1.36 exits with
+        "Scheduler cache is corrupted" on some API server restarts) and recorded in
+        :attr:`healed`. Returns the names of the components so healed."""
+        self.kill(component, sig)
+        if down > 0:
+            time.sleep(down)
+        self.start_component(component, timeout)
+        healed: list[str] = []
+        if component in ("kube-apiserver", "etcd"):
+            time.sleep(1.0)  # the clients' watches fail and re-list now
+            for name in ("kube-scheduler", "kube-controller-manager", "kwok"):
+                line = next((d for d in self.dead() if d.startswith(f"{name} ")), None)
+                if name in self._commands and line is not None:
+                    self.healed.append(f"after a {component} restart: {line}")
+                    healed.append(name)
+                    self.start_component(name, timeout)
+        return healed
+
+    # -- audit log --------------------------------------------------------------------------
+
+    @property
+    def audit_log(self) -> Path | None:
+        """The API server's audit log (``ClusterOptions.audit_policy``), or None."""
+        return self._audit_log
+
+    def audit_offset(self) -> int:
+        """Where the audit log ends now: pass it to :meth:`audit_events` later."""
+        return 0 if self._audit_log is None else size_of(self._audit_log)
+
+    def audit_events(self, since: int = 0) -> list[dict[str, Any]]:
+        """The audit events logged after byte ``since`` (empty without an audit policy)."""
+        return [] if self._audit_log is None else read_events(self._audit_log, since)
+
     # -- use --------------------------------------------------------------------------------
 
     def api(self) -> KubeAPI:
@@ -400,6 +528,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         """Stop every daemon (SIGTERM, then SIGKILL) and forget them. Idempotent."""
+        self._stopped.update(self._commands)
         left = stop_in_order(self._processes, self._popens)
         self._popens.clear()
         self._processes.clear()

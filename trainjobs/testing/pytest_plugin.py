@@ -15,6 +15,11 @@ Fixtures:
 ``kube_namespace`` (function)
     A fresh namespace in ``kube_cluster``, deleted (without waiting) after the test.
 
+A component of ``kube_cluster`` that dies (e.g. kube-scheduler exiting after an API server
+restart, which leaves every new pod Pending) fails the test during which it died, at teardown,
+with the component's name, exit status and log tail; the next test using the cluster errors
+at setup with the same message instead of timing out on Pending pods.
+
 The binaries are found (or built: ~15 min on a cold Go cache) right after collection, when
 some collected test uses ``kube_cluster``, so a build does not count against a per-test
 timeout. When a test using the cluster fails, its report and the session summary name the
@@ -77,6 +82,18 @@ def kube_cluster(
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(autouse=True)
+def _kube_cluster_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that uses ``kube_cluster`` when a component is dead before or after it."""
+    if "kube_cluster" not in request.fixturenames:
+        yield
+        return
+    plane: ControlPlane = request.getfixturevalue("kube_cluster")
+    plane.check_alive()
+    yield
+    plane.check_alive()
 
 
 @pytest.fixture

@@ -1,0 +1,71 @@
+"""The audit-log replay of trainjobs.testing (pure logic): creates per pod name, the removals
+that justify a create, and the fake kubelet's deletes that nobody asked for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trainjobs.testing import agent_of, pod_histories
+from trainjobs.testing._audit import read_events
+
+OP = "trainjobs-operator/0.1"
+KWOK = "kwok/v0.8.0 (linux/amd64)"
+GC = "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/$Format/generic-garbage-collector"
+
+
+def event(verb: str, name: str, agent: str, code: int = 200, uid: str = "",
+          phase: str = "", namespace: str = "ns") -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "verb": verb, "userAgent": agent, "stageTimestamp": "2026-01-01T00:00:00.000000Z",
+        "objectRef": {"resource": "pods", "namespace": namespace, "name": name},
+        "responseStatus": {"code": code},
+    }
+    if uid:
+        out["responseObject"] = {"kind": "Pod", "metadata": {"uid": uid},
+                                 "status": {"phase": phase}}
+    return out
+
+
+def test_a_failed_pod_justifies_one_create_and_an_unasked_kubelet_delete_is_found() -> None:
+    events = [
+        event("create", "w-0", OP, 201),
+        event("delete", "w-0", OP, uid="a", phase="Failed"),  # a failure: create again
+        event("create", "w-0", OP, 201),
+        event("delete", "w-0", KWOK, uid="b", phase="Pending"),  # nobody asked (the defect)
+        event("create", "w-0", OP, 201),
+        event("delete", "w-0", KWOK, code=404),  # aimed at a pod already gone
+        event("create", "other", OP, 201, namespace="elsewhere"),
+    ]
+    history = pod_histories(events, "ns")["w-0"]
+    assert history.creates() == 3
+    assert history.failures() == 1
+    assert history.duplicates() == 1
+    assert [(w.uid, w.code) for w in history.unasked_deletes()] == [("b", 200), ("", 404)]
+    assert set(pod_histories(events, "ns")) == {"w-0"}
+
+
+def test_a_graceful_delete_finished_by_the_kubelet_and_a_gc_removal_are_not_duplicates() -> None:
+    events = [
+        event("create", "s-0", OP, 201),
+        event("delete", "s-0", OP, uid="a", phase="Running"),  # cleanPodPolicy: graceful
+        event("delete", "s-0", KWOK, uid="a", phase="Running"),  # the kubelet finishes it
+        event("create", "j-0", OP, 201),
+        event("delete", "j-0", GC, uid="c", phase="Running"),  # job deleted, created again
+        event("delete", "j-0", KWOK, uid="c", phase="Running"),
+        event("create", "j-0", OP, 201),
+    ]
+    histories = pod_histories(events, "ns")
+    assert histories["s-0"].unasked_deletes() == [] and histories["s-0"].duplicates() == 0
+    assert histories["j-0"].unasked_deletes() == [] and histories["j-0"].duplicates() == 0
+    assert histories["j-0"].creates() == 2
+
+
+def test_agents_and_a_torn_last_line(tmp_path: Path) -> None:
+    assert agent_of(KWOK) == "kwok" and agent_of(GC) == "kube-controller-manager"
+    assert agent_of(OP) == "operator" and agent_of("bench/1", (("bench", "bench"),)) == "bench"
+    log = tmp_path / "audit.log"
+    log.write_text(json.dumps(event("create", "a", OP, 201)) + "\n" + '{"verb": "cre')
+    assert [e["objectRef"]["name"] for e in read_events(log)] == ["a"]
+    assert read_events(tmp_path / "missing.log") == []
