@@ -9,7 +9,7 @@ SHELL := /bin/bash
 export TRAINJOBS_CACHE ?= $(HOME)/.cache/trainjobs
 PYTEST_ARGS ?=
 
-.PHONY: test demo bench lint unit integration e2e prepare dev control-plane venvs redis crds lock
+.PHONY: test demo bench chaos lint unit integration e2e prepare dev control-plane venvs redis crds lock
 
 ## make test: the whole suite, exactly as CI runs it.
 test:
@@ -30,6 +30,15 @@ bench:
 	"$$venv/bin/python" -m bench.scale $(BENCH_ARGS); \
 	"$$venv/bin/python" -m bench.gcpause; \
 	"$$venv/bin/python" -m bench.plot
+
+## make chaos: the long chaos scenarios of tests/chaos (SIGKILL storm of 200 jobs, API server
+## and etcd outages, leader kill, 1,000 hostile specs, ownership conflicts; about 15 minutes on
+## 2 CPUs, each scenario bounded by its own time budget and pytest-timeout). Their figures go
+## to docs/reliability.md and docs/reliability/chaos.json. (`make test` runs small versions.)
+chaos:
+	@venv=$$(scripts/dev-venv.sh); \
+	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \
+	"$$venv/bin/pytest" tests/chaos --chaos -m chaos -v $(PYTEST_ARGS)
 
 dev:
 	@scripts/dev-venv.sh
