@@ -27,6 +27,7 @@ get it fails the tests, it never skips them.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import re
@@ -283,8 +284,10 @@ OPERATOR_GRANTS = (
     {("trainjobs.io", p, v, "") for p in JOB_PLURALS for v in ("list", "watch", "delete")}
     | {("trainjobs.io", f"{p}/status", "patch", "") for p in JOB_PLURALS}
     | {("trainjobs.io", f"{p}/finalizers", "update", "") for p in JOB_PLURALS}
-    | {("", r, v, "") for r in ("pods", "services") for v in ("list", "watch", "create", "delete")}
-    | {("apps", "deployments", "create", ""), ("", "events", "create", "")}
+    | {("", r, v, "") for r in ("pods", "services")
+       for v in ("list", "watch", "get", "create", "delete")}
+    | {("apps", "deployments", v, "") for v in ("create", "get")}
+    | {("", "events", "create", "")}
 )
 
 
@@ -561,6 +564,8 @@ def test_default_render_is_secure_labelled_and_least_privilege(helm_offline: Hel
         "Pod",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     for doc in docs:
@@ -754,7 +759,8 @@ def test_rendered_manifests_pass_server_dry_run(
         release = unique("r" * 44)
         values = {"replicaCount": 2}
     docs = helm.template(release, ns, values)
-    expected = {"Deployment", "ServiceAccount", "Service", "Pod"} | (
+    expected = {"Deployment", "ServiceAccount", "Service", "Pod", "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding"} | (
         {"Role", "RoleBinding", "ConfigMap", "PodDisruptionBudget"}
         if case == "non-default"
         else {"ClusterRole", "ClusterRoleBinding"}
@@ -1068,9 +1074,13 @@ def test_uninstall_removes_everything(helm: Helm, kube_cluster: ControlPlane) ->
         for where in (ns, watched):
             left = get_json(kube_cluster, RELEASE_KINDS, "-n", where, "-l", selector)["items"]
             assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
-        assert not get_json(kube_cluster, "clusterroles,clusterrolebindings", "-l", selector)[
-            "items"
-        ]
+        assert not get_json(
+            kube_cluster,
+            "clusterroles,clusterrolebindings,validatingadmissionpolicies,"
+            "validatingadmissionpolicybindings",
+            "-l",
+            selector,
+        )["items"]
         assert not json.loads(helm("list", f"--namespace={ns}", "-o", "json").stdout)
         # Helm never deletes CRDs (that would delete every job): they stay.
         assert exists(kube_cluster, "crd/mxjobs.trainjobs.io")
@@ -1088,6 +1098,10 @@ def test_uninstall_removes_everything(helm: Helm, kube_cluster: ControlPlane) ->
         ({"replicas": 2}, "additional properties 'replicas' not allowed"),
         ({"image": {"tag": 1.0}}, "at '/image/tag': got number, want string"),
         ({"watchNamespaces": ["Team_A"]}, "at '/watchNamespaces/0'"),
+        (
+            {"admissionPolicy": {"extraOwners": [{"kinds": ["TFJob"]}]}},
+            "at '/admissionPolicy/extraOwners/0': missing property 'group'",
+        ),
         ({"concurrency": 0}, "at '/concurrency': minimum: got 0, want 1"),
         (
             {"controllerConfig": {"accelerator": {}}},
@@ -1109,6 +1123,7 @@ def test_uninstall_removes_everything(helm: Helm, kube_cluster: ControlPlane) ->
         "unknown-key",
         "tag-number",
         "namespace-name",
+        "owner-without-group",
         "concurrency",
         "config-key",
         "lease-timing",
@@ -1151,3 +1166,150 @@ def test_install_with_invalid_values_creates_nothing(
             "-l",
             f"app.kubernetes.io/instance={name}",
         )["items"]
+
+
+# -- the admission policy (on by default) ----------------------------------------------------
+# charts/trainjobs/templates/admission-policy.yaml: with it the operator's ServiceAccount still
+# runs every example of the repository, and is refused a pod in kube-system, a pod without an
+# owner, a pod whose owner is not the job its label names, a Deployment that is not
+# TensorBoard, and deleting a pod that is not a job's. Other identities are not affected.
+
+EXAMPLES = sorted((REPO / "examples").glob("*/*.yaml"))
+DENIED = "ValidatingAdmissionPolicy"
+
+
+def test_default_render_binds_the_policy_to_the_operator_service_account(
+    helm_offline: Helm,
+) -> None:
+    docs = helm_offline.template("rel", "ops")
+    policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+    binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"],
+                               "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    [condition] = policy["spec"]["matchConditions"]
+    assert "'system:serviceaccount:ops:rel-trainjobs'" in condition["expression"]
+    assert '["kube-system"]' in policy["spec"]["validations"][0]["expression"]
+
+    off = helm_offline.template("rel", "ops", {"admissionPolicy": {"enabled": False}})
+    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    extra = helm_offline.template("rel", "ops", {"admissionPolicy": {
+        "extraOwners": [{"group": "kubeflow.org", "kinds": ["PyTorchJob"]}],
+        "excludedNamespaces": ["kube-system", "kube-public"]}})
+    spec = next(d for d in extra if d["kind"] == "ValidatingAdmissionPolicy")["spec"]
+    owners = spec["validations"][2]["expression"]
+    assert "r.apiVersion.startsWith('kubeflow.org/') && r.kind in [\"PyTorchJob\"]" in owners
+    assert '["kube-system","kube-public"]' in spec["validations"][0]["expression"]
+
+
+def on_kwok(example: dict[str, Any]) -> dict[str, Any]:
+    """The example as the fake nodes run it: every pod ends with 0 after 1 s."""
+    job = copy.deepcopy(example)
+    for spec in job["spec"]["replicaSpecs"].values():
+        notes = spec["template"].setdefault("metadata", {}).setdefault("annotations", {})
+        notes.update({EXIT_CODE_ANNOTATION: "0", RUN_DURATION_ANNOTATION: "1s"})
+    return job
+
+
+def test_the_operator_runs_every_example_under_the_policy(
+    installed: Release, kube_cluster: ControlPlane, kube_namespace: str, tmp_path: Path
+) -> None:
+    release, release_ns, sa = installed.name, installed.namespace, installed.sa
+    ns = kube_namespace
+    jobs = [doc for path in EXAMPLES for doc in yaml.safe_load_all(path.read_text())
+            if doc and doc.get("apiVersion", "").startswith("trainjobs.io/")]
+    assert {j["kind"] for j in jobs} == {"MxJob", "TfJob", "Caffe2Job"}, EXAMPLES
+    with run_operator(kube_cluster, release, release_ns, sa, tmp_path) as operator:
+        for job in jobs:
+            kube_cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(on_kwok(job)))
+        # What the examples need beyond replicas gets through too: the managed Redis pod
+        # (caffe2 redis.yaml; gone again once its job ends) and the TensorBoard Deployment
+        # (tensorflow ps.yaml).
+        wait_for(lambda: get_json(kube_cluster, "pods", "-n", ns, "-l",
+                                  "trainjobs.io/component=redis")["items"],
+                 "the managed Redis pod", timeout=60)
+        for job in jobs:
+            wait_succeeded(kube_cluster, ns, f"{job['kind'].lower()}/{job['metadata']['name']}",
+                           timeout=120)
+        assert exists(kube_cluster, "deployment/tf-ps-tensorboard", "-n", ns)
+        denied = [line for line in operator.log_text().splitlines() if DENIED in line]
+        assert not denied, denied[:3]
+
+
+def admin_pod(name: str, labels: dict[str, str] | None = None,
+              owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": labels or {}}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "x", "image": "example.invalid/x:1"}]}}
+
+
+def test_the_operator_identity_is_refused_outside_its_bounds(
+    installed: Release, kube_cluster: ControlPlane, kube_namespace: str
+) -> None:
+    identity = f"system:serviceaccount:{installed.namespace}:{installed.sa}"
+    ns = kube_namespace
+    job = {"apiVersion": "trainjobs.io/v1alpha1", "kind": "MxJob", "metadata": {"name": "own"},
+           "spec": {"replicaSpecs": {
+               "Scheduler": {"template": {"spec": {"containers": [
+                   {"name": "mxnet", "image": "example.invalid/x:1"}]}}},
+               "Server": {"template": {"spec": {"containers": [
+                   {"name": "mxnet", "image": "example.invalid/x:1"}]}}},
+               "Worker": {"template": {"spec": {"containers": [
+                   {"name": "mxnet", "image": "example.invalid/x:1"}]}}}}}}
+    created = json.loads(kube_cluster.kubectl(
+        "create", "-n", ns, "-o", "json", "-f", "-", input=json.dumps(job)).stdout)
+    owner = {"apiVersion": "trainjobs.io/v1alpha1", "kind": "MxJob", "name": "own",
+             "uid": created["metadata"]["uid"], "controller": True}
+    labels = {"trainjobs.io/job-name": "own"}
+
+    def create_as(obj: dict[str, Any], namespace: str) -> tuple[int, str]:
+        result = kube_cluster.kubectl("create", "-n", namespace, f"--as={identity}",
+                                      "--dry-run=server", "-f", "-", input=json.dumps(obj),
+                                      check=False)
+        return result.returncode, result.stderr
+
+    # What the operator does is allowed (server-side dry run: admission runs, nothing stays).
+    code, err = create_as(admin_pod("own-worker-0", labels, owner), ns)
+    assert code == 0, err
+    refused = {
+        "a pod in kube-system": (admin_pod("own-worker-0", labels, owner), "kube-system",
+                                 "may not create pods in namespace kube-system"),
+        "a pod without an owner": (admin_pod("stray", labels), ns,
+                                   "controlled by the trainjobs job their label names"),
+        "a pod without the job label": (admin_pod("bare", None, owner), ns,
+                                        "labelled trainjobs.io/job-name"),
+        "a pod owned by another job than its label's": (
+            admin_pod("other-worker-0", {"trainjobs.io/job-name": "other"}, owner), ns,
+            "controlled by the trainjobs job their label names (other)"),
+        "a pod owned by another kind": (
+            admin_pod("rs-pod", labels, {**owner, "apiVersion": "apps/v1",
+                                         "kind": "ReplicaSet"}), ns,
+            "controlled by the trainjobs job"),
+        "a Service without an owner": (
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc", "labels": labels},
+             "spec": {"ports": [{"port": 80}]}}, ns, "controlled by the trainjobs job"),
+        "a Deployment that is not TensorBoard": (
+            {"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": "miner", "labels": labels, "ownerReferences": [owner]},
+             "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+                 "metadata": {"labels": {"a": "b"}},
+                 "spec": {"containers": [{"name": "x", "image": "example.invalid/x:1"}]}}}},
+            ns, "only Deployments of components tensorboard"),
+    }
+    for what, (obj, namespace, words) in refused.items():
+        code, err = create_as(obj, namespace)
+        assert code != 0 and DENIED in err and words in err, (what, err)
+
+    # Deleting: only what a job owns; the admin's own pod is refused to the operator.
+    kube_cluster.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(admin_pod("mine")))
+    result = kube_cluster.kubectl("delete", "pod", "mine", "-n", ns, f"--as={identity}",
+                                  "--dry-run=server", check=False)
+    assert result.returncode != 0 and "may delete only pods labelled" in result.stderr, (
+        result.stderr)
+    # Other identities are not concerned: the admin creates an unowned pod in kube-system.
+    result = kube_cluster.kubectl("create", "-n", "kube-system", "--dry-run=server", "-f", "-",
+                                  input=json.dumps(admin_pod("admins")), check=False)
+    assert result.returncode == 0, result.stderr

@@ -90,7 +90,9 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
                                 to who may update the owner's finalizers
   pods, services  list, watch   informers, label-selected (trainjobs.io/job-name)
                   create,delete replicas, headless Services, managed Redis; restarts/cleanup
-  deployments     create        TensorBoard (TfJob spec.tensorboard)
+                  get           who controls an object whose create answered 409
+                                (controller._check_owner)
+  deployments     create, get   TensorBoard (TfJob spec.tensorboard); get as above
   events          create        Kubernetes Events on jobs (events.py)
 */}}
 {{- define "trainjobs.rules" -}}
@@ -112,10 +114,10 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods", "services"]
-  verbs: ["list", "watch", "create", "delete"]
+  verbs: ["list", "watch", "get", "create", "delete"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["create"]
+  verbs: ["create", "get"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
