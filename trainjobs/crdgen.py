@@ -102,6 +102,10 @@ def _replica_rules(framework: Framework) -> list[dict[str, str]]:
         if rtype.min_replicas > 0:
             rules.append({"rule": present, "message": f"a {framework.kind} needs a "
                           f"{rtype.name} replica spec (replicaSpecs.{rtype.name})"})
+        if not rtype.container_optional:
+            for name in rtype.names:
+                rules.append({"rule": f"!('{name}' in self) || has(self['{name}'].template)",
+                              "message": f"replicaSpecs.{name}.template is required"})
         for name in rtype.names:
             bounds = [f"self['{name}'].replicas >= {rtype.min_replicas}"]
             text = f"at least {rtype.min_replicas}"
@@ -133,7 +137,8 @@ def _template_restart_policy_rule(framework: Framework) -> dict[str, str]:
         "(has(self.restartPolicy) && self.restartPolicy in ['OnFailure', 'Always'] ? "
         "self.restartPolicy : 'Never')")
     return {
-        "rule": "!has(self.template.spec) || !has(self.template.spec.restartPolicy) || "
+        "rule": "!has(self.template) || !has(self.template.spec) || "
+                "!has(self.template.spec.restartPolicy) || "
                 f"self.template.spec.restartPolicy == {rendered}",
         "fieldPath": ".template.spec.restartPolicy",
         "message": "would be replaced by the pods' restartPolicy that trainjobs sets from this "

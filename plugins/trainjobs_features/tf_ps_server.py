@@ -1,8 +1,11 @@
 """Gives a TfJob PS replica without a `tensorflow` container a standard TensorFlow gRPC server.
 
 This is the seed behaviour of the original TfJob: a parameter server usually runs no user code,
-only `tf.distribute.Server` for the cluster in TF_CONFIG. The container added here receives
-TF_CONFIG like any framework container (the core injects the environment after this hook).
+only `tf.distribute.Server` for the cluster in TF_CONFIG, so `PS: {replicas: 2}` with no
+template at all is a complete replica spec. The container added here receives TF_CONFIG like
+any framework container (the core injects the environment after this hook). Its image, as the
+original operator's `tfImage`: the job's `spec.tfImage`, else the controller config's
+`tfImage`, else PS_SERVER_IMAGE.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from typing import Any
 
 from trainjobs.plugin import Job, RenderContext, Replica, hookimpl
 
-__all__ = ["PS_SERVER_IMAGE", "PS_SERVER_PROGRAM", "trainjobs_adjust_pod"]
+__all__ = ["CONFIG_KEY", "PS_SERVER_IMAGE", "PS_SERVER_PROGRAM", "ps_server_image",
+           "trainjobs_adjust_pod"]
 
 PS_SERVER_IMAGE = "tensorflow/tensorflow:2.21.0"
+CONFIG_KEY = "tfImage"  # in --controller-config-file, as the original operator's
 # Kept small and dependency-free so that it runs in any TensorFlow image, and locally.
 PS_SERVER_PROGRAM = """\
 import json, os
@@ -26,6 +31,17 @@ print(f"trainjobs: TensorFlow gRPC server {task['type']}:{task['index']} at {ser
       flush=True)
 server.join()
 """
+
+
+def ps_server_image(job: Job, ctx: RenderContext) -> str:
+    """The job's `tfImage`, else the controller config's, else the built-in default."""
+    own = getattr(job.spec, "tf_image", None)
+    configured = ctx.controller_config.get(CONFIG_KEY)
+    if own:
+        return str(own)
+    if isinstance(configured, str) and configured:
+        return configured
+    return PS_SERVER_IMAGE
 
 
 @hookimpl
@@ -42,6 +58,6 @@ def trainjobs_adjust_pod(job: Job, replica: Replica, pod: dict[str, Any],
         return
     containers.insert(0, {
         "name": framework.container_name,
-        "image": PS_SERVER_IMAGE,
+        "image": ps_server_image(job, ctx),
         "command": ["python", "-u", "-c", PS_SERVER_PROGRAM],
     })

@@ -59,7 +59,13 @@ class TensorBoardSpec(SpecModel):
 class TfJobSpec(JobSpec):
     success_policy: Literal["", "AllWorkers"] = Field(
         default="", description='"" (the Chief, else Worker 0 decides) or AllWorkers.')
-    tensorboard: TensorBoardSpec | None = None
+    tensorboard: TensorBoardSpec | None = Field(
+        default=None, description="Run a TensorBoard Deployment and Service <job>-tensorboard.")
+    tf_image: str | None = Field(
+        default=None, min_length=1,
+        description="Image of the default PS server (a PS replica with no tensorflow "
+                    "container); default: the controller config's tfImage, else "
+                    "tensorflow/tensorflow:2.21.0. As the original TfJob's tfImage.")
 
 
 TENSORFLOW = Framework(
@@ -72,8 +78,9 @@ TENSORFLOW = Framework(
                     description="The chief (or master): at most one; its exit decides."),
         ReplicaType("Worker", 0, None, description="Workers.", elastic=True),
         ReplicaType("PS", 0, None, container_optional=True,
-                    description="Parameter servers; without a `tensorflow` container they get "
-                                "a standard TensorFlow gRPC server."),
+                    description="Parameter servers; without a `tensorflow` container (or "
+                                "without a template) they get a standard TensorFlow gRPC "
+                                "server."),
         # Not in TF_CONFIG's cluster: nothing connects to it, it serves no port.
         ReplicaType("Evaluator", 0, 1, listens=False,
                     description="At most one evaluator, outside the cluster."),

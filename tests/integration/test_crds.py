@@ -198,6 +198,9 @@ INVALID = [
      "metadata.name is too long", "metadata.name"),
     ("negative-replicas", _with("TfJob", "negative", _set("Worker", -1)),
      "spec.replicaSpecs.Worker.replicas", "spec.replicaSpecs.Worker.replicas"),
+    ("worker-without-template", _with("TfJob", "no-template", lambda s: s["Worker"].pop(
+        "template")), "replicaSpecs.Worker.template is required",
+     "spec.replicaSpecs.Worker.template"),
     ("template-restart-policy-tfjob", _with("TfJob", "tpl-onfailure", _template_policy(
         "OnFailure")), "spec.replicaSpecs[Worker].template.spec.restartPolicy: Invalid value",
      "spec.replicaSpecs.Worker.template.spec.restartPolicy"),
@@ -258,10 +261,13 @@ def test_invalid_job_is_refused_by_the_api_server_and_parse_job(
      _spec("TfJob", "t" * 51, tensorboard={"logDir": "/logs"}),
      _with("TfJob", "workers-and-ps", lambda s: s.update(PS=s.pop("Chief"))),
      _with("TfJob", "tpl-same-policy", _template_policy("OnFailure", "OnFailure")),
-     _with("Caffe2Job", "c2-tpl-never", _template_policy("Never", "OnFailure"))],
+     _with("Caffe2Job", "c2-tpl-never", _template_policy("Never", "OnFailure")),
+     _spec("TfJob", "seed-ps", tfImage="tensorflow/tensorflow:2.20.0",
+           replicaSpecs={"Master": rs("tensorflow"), "Worker": rs("tensorflow"),
+                         "PS": {"replicas": 2}})],
     ids=["caffe2-54-chars", "mxjob-51-chars", "tfjob-54-chars", "tfjob-master",
          "tfjob-tensorboard-51-chars", "tfjob-workers-and-ps", "tfjob-template-policy-same",
-         "caffe2-template-never"],
+         "caffe2-template-never", "tfjob-ps-without-template"],
 )
 def test_limits_accepted_by_both(
     bare_ns: Namespace, plugins: PluginManager, manifest: dict[str, Any]

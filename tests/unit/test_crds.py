@@ -48,6 +48,11 @@ def _elastic(name: str) -> str:
             f"self['{name}'].replicas <= {policy}.maxReplicas)")
 
 
+def _template(name: str) -> str:
+    """A template is required, except where a plugin supplies the container (TfJob's PS)."""
+    return f"!('{name}' in self) || has(self['{name}'].template)"
+
+
 REPLICA_RULES = {
     "MxJob": {
         "self.all(k, k in ['Scheduler', 'Server', 'Worker'])",
@@ -60,6 +65,7 @@ REPLICA_RULES = {
         "!('Worker' in self) || (self['Worker'].replicas >= 1)",
         TOTAL_RULE,
         _no_elastic("Scheduler"), _no_elastic("Server"), _elastic("Worker"),
+        _template("Scheduler"), _template("Server"), _template("Worker"),
     },
     "TfJob": {
         "self.all(k, k in ['Chief', 'Master', 'Worker', 'PS', 'Evaluator'])",
@@ -73,13 +79,14 @@ REPLICA_RULES = {
         TOTAL_RULE,
         _no_elastic("Chief"), _no_elastic("Master"), _elastic("Worker"), _no_elastic("PS"),
         _no_elastic("Evaluator"),
+        _template("Chief"), _template("Master"), _template("Worker"), _template("Evaluator"),
     },
     "Caffe2Job": {
         "self.all(k, k in ['Worker'])",
         "'Worker' in self",
         "!('Worker' in self) || (self['Worker'].replicas >= 1)",
         TOTAL_RULE,
-        _elastic("Worker"),
+        _elastic("Worker"), _template("Worker"),
     },
 }
 
@@ -162,7 +169,7 @@ def test_replica_spec_rules(kind: str) -> None:
     for rule in replica_specs["x-kubernetes-validations"]:
         assert rule["message"], rule
     item = replica_specs["additionalProperties"]
-    assert item["required"] == ["template"]
+    assert "required" not in item  # the rules above require templates but for TfJob's PS
     replicas = item["properties"]["replicas"]
     assert (replicas["type"], replicas["minimum"], replicas["maximum"], replicas["default"]) == (
         "integer", 0, MAX_REPLICAS, 1)

@@ -104,7 +104,10 @@ class ReplicaSpec(SpecModel):
         ),
     )
     template: dict[str, Any] = Field(
-        description="A core/v1 PodTemplateSpec, kept exactly as written."
+        default_factory=dict,
+        description="A core/v1 PodTemplateSpec, kept exactly as written. Required, except "
+                    "where a plugin supplies the pods' container (TfJob's PS: the default "
+                    "PS server).",
     )
     elastic_policy: ElasticPolicy | None = Field(
         default=None, description="Elastic bounds; only for Worker replica specs."

@@ -194,7 +194,8 @@ def _render_pod(
 ) -> dict[str, Any]:
     framework = ctx.framework
     rspec = job.spec.replica_specs[replica.type]
-    template = copy.deepcopy(rspec.template)
+    # No template: a plugin supplies the container (TfJob's PS gets the default PS server).
+    template = copy.deepcopy(rspec.template) or {"spec": {"containers": []}}
     meta = template.get("metadata") or {}
     labels = {**meta.get("labels", {}), **replica_labels(job, framework, replica)}
     pod_meta: dict[str, Any] = {

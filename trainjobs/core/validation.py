@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -37,6 +37,9 @@ from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework, ReplicaType
 from trainjobs.yamlio import describe, load_documents, read_documents
+
+if TYPE_CHECKING:
+    from trainjobs.core.render import RenderedJob
 
 __all__ = ["DNS1035", "MAX_NAME_LENGTH", "JobFile", "ReplicaLimit", "is_job_document",
            "load_job_file", "parse_job", "parse_job_documents", "split_jobs"]
@@ -166,9 +169,13 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager,
     errors += _check_names(job, framework)
     for key, rspec in job.spec.replica_specs.items():
         path = f"spec.replicaSpecs.{key}.template"
+        rtype = framework.replica_type(key)
+        if not rspec.template:
+            if rtype is not None and not rtype.container_optional:
+                errors.append(SpecError(path, "required field is missing"))
+            continue  # (a plugin supplies the container: checked on the rendered pods)
         template_errors = validate_pod_template(rspec.template, path)
         errors += template_errors
-        rtype = framework.replica_type(key)
         if not template_errors:
             errors += _check_template_restart_policy(key, rspec, framework)
             errors += _check_host_network_port(key, rspec, framework, rtype)
@@ -196,7 +203,19 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager,
     except SpecInvalid as exc:
         return errors + exc.errors
     names = [o["metadata"]["name"] for o in rendered.manifests()]
-    return errors + _check_derived_names(job, names)
+    return errors + _check_supplied_containers(rendered, framework) + \
+        _check_derived_names(job, names)
+
+
+def _check_supplied_containers(rendered: RenderedJob, framework: Framework) -> list[SpecError]:
+    """A replica spec without a template relies on a plugin for its container (the default
+    PS server); without that plugin loaded, its pods would have none."""
+    keys = sorted({rendered.replicas[n].type for n, pod in rendered.pods.items()
+                   if not pod["spec"].get("containers")})
+    return [SpecError(f"spec.replicaSpecs.{key}.template", f"required: no installed plugin "
+                      f"supplies a {framework.container_name!r} container for these pods "
+                      "(is the default PS server plugin, tf_ps_server, disabled?)")
+            for key in keys]
 
 
 def _check_template_restart_policy(key: str, rspec: ReplicaSpec,
@@ -207,7 +226,7 @@ def _check_template_restart_policy(key: str, rspec: ReplicaSpec,
     the template; here the replica's `restartPolicy` decides, and it says more (ExitCode)."""
     from trainjobs.core.render import pod_restart_policy  # render imports this module
 
-    declared = rspec.template["spec"].get("restartPolicy")
+    declared = rspec.template.get("spec", {}).get("restartPolicy")
     rendered = pod_restart_policy(rspec.restart_policy, framework)
     if declared is None or declared == rendered:
         return []
@@ -234,7 +253,7 @@ def _check_host_network_port(key: str, rspec: ReplicaSpec, framework: Framework,
     the port where the framework listens, or nothing is added (replicas that do not listen)."""
     from trainjobs.core.render import named_port  # render imports this module
 
-    spec = rspec.template["spec"]
+    spec = rspec.template.get("spec", {})
     if not spec.get("hostNetwork") or rtype is None or not rtype.listens or \
             rspec.replicas == 0 or named_port(rspec.template, framework) is not None:
         return []

@@ -40,6 +40,9 @@ def _controller_config(path: str | None) -> dict[str, Any]:
         raise TrainjobsError(f"--controller-config-file {path}: {exc}") from None
     if not isinstance(data, dict):
         raise TrainjobsError(f"--controller-config-file {path}: expected a mapping")
+    if "tfImage" in data and not (isinstance(data["tfImage"], str) and data["tfImage"]):
+        raise TrainjobsError(f"--controller-config-file {path}: tfImage: expected an image "
+                             f"name, got {data['tfImage']!r}")
     return data
 
 
