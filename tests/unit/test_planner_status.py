@@ -228,6 +228,8 @@ def test_a_finished_jobs_column_does_not_read_like_a_failure() -> None:
     w.succeed("tf-chief-0")
     w.step()
     assert w.state == "Succeeded"
+    # The pass that concludes says it already (it may be the last one).
+    assert w.status.replica_summary == "Chief 1 succeeded, Worker stopped, PS stopped"
     w.settle()  # cleanPodPolicy Running deletes the PS and Workers
     assert w.status.replica_summary == "Chief 1 succeeded, Worker stopped, PS stopped"
 

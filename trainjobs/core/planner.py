@@ -248,6 +248,9 @@ def plan(
         state.plan.requeue_after = 0.0
     else:
         _progress(state, outcomes)
+    if state.failure is not None or done:
+        state.status["replicaSummary"] = _summary(job, state.status["replicaStatuses"],
+                                                  finished=True)
     state.plan.status = _build_status(state, old)
     return state.plan
 

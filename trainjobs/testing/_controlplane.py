@@ -73,6 +73,8 @@ class ClusterOptions:
     node_pods: str = "110"
     node_prefix: str = "kwok-node"
     node_labels: Mapping[str, str] = field(default_factory=dict)
+    #: Node taints, e.g. ``{"key": "pool", "value": "small", "effect": "NoSchedule"}``.
+    node_taints: tuple[Mapping[str, str], ...] = ()
     start_timeout: float = 120.0
     #: A KWOK stages file replacing the packaged ``kwok_stages.yaml``.
     stages: Path | None = None
@@ -348,7 +350,8 @@ class ControlPlane:
                     **options.node_labels,
                 },
             },
-            "spec": {},
+            "spec": {"taints": [dict(t) for t in options.node_taints]} if options.node_taints
+            else {},
             "status": {"capacity": resources_, "allocatable": dict(resources_)},
         }
         try:
@@ -363,7 +366,26 @@ class ControlPlane:
             f"creating node {name} failed ({resp.status}): {resp.body.decode(errors='replace')}"
         )
 
-    def _nodes_ready(self, api: KubeAPI) -> bool:
+    def add_nodes(self, options: ClusterOptions, timeout: float = 60.0) -> list[str]:
+        """Add fake nodes to the running cluster as ``options`` describes them (names from
+        ``node_prefix``, capacity, labels, taints) and wait until they are Ready; returns
+        their names. E.g. small tainted nodes that one test steers its pods to (preemption
+        needs a full node) without touching the nodes other tests share. KWOK manages every
+        node; delete them with ``kubectl delete node``."""
+        api = self.api()
+        names = options.node_names()
+        pending = list(names)
+        deadline = time.monotonic() + timeout
+
+        def create() -> bool:
+            pending[:] = [n for n in pending if not self._create_node(api, n, options)]
+            return not pending
+
+        self._wait(create, f"creating nodes {names}", deadline)
+        self._wait(lambda: self._nodes_ready(api, names), f"nodes {names} Ready", deadline)
+        return names
+
+    def _nodes_ready(self, api: KubeAPI, names: Sequence[str] | None = None) -> bool:
         try:
             resp = api.get(f"/api/v1/nodes?labelSelector={NODE_LABEL[0]}%3D{NODE_LABEL[1]}")
         except (OSError, http.client.HTTPException):
@@ -378,7 +400,7 @@ class ControlPlane:
                 t["key"] in _STARTUP_TAINTS for t in taints
             ):
                 ready.add(node["metadata"]["name"])
-        return ready.issuperset(self.node_names)
+        return ready.issuperset(self.node_names if names is None else names)
 
     def _leases_held(self, api: KubeAPI) -> bool:
         try:

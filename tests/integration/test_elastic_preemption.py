@@ -1,0 +1,204 @@
+"""The ElasticDL demo on the real kube-scheduler (issue 14.2, 14.4), step by step.
+
+Two KWOK nodes of 8 CPU of their own (tainted, so no other test's pod lands there);
+PriorityClasses high and low; a TfJob whose Chief and 2 PS run at high priority and whose
+4 Workers run at low priority, 2 CPU each (14 of 16 CPU). A Deployment of 4 high-priority
+pods of 2 CPU then makes the scheduler preempt 3 Workers. The job goes on: Running with an
+elasticPolicy (Restarting without one), the Replicas column and ReplicaLost events say so,
+nothing counts as a failure. `kubectl delete pod` of a Worker gets a replacement at once.
+Scaling the Deployment down lets the Workers run again; the job returns to full strength and
+succeeds. docs/scheduling.md has the same steps for a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.integration.operator_helpers import (
+    IMAGE,
+    Namespace,
+    condition,
+    job,
+    replica,
+    wait_for,
+)
+from trainjobs.testing import ClusterOptions, ControlPlane
+
+pytestmark = pytest.mark.integration
+CPU = "2"
+TIMEOUT = 90
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Two small nodes for one test; pods get there with `placement`."""
+
+    key: str
+    high: str
+    low: str
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        return {"nodeSelector": {self.key: "yes"},
+                "tolerations": [{"key": self.key, "operator": "Exists",
+                                 "effect": "NoSchedule"}]}
+
+
+@pytest.fixture
+def pool(kube_cluster: ControlPlane) -> Iterator[Pool]:
+    tag = uuid.uuid4().hex[:6]
+    key = f"trainjobs.io/pool-{tag}"
+    nodes = kube_cluster.add_nodes(ClusterOptions(
+        nodes=2, node_cpu="8", node_memory="32Gi", node_prefix=f"small-{tag}",
+        node_labels={key: "yes"},
+        node_taints=({"key": key, "value": "yes", "effect": "NoSchedule"},)))
+    classes = {"high": (f"high-{tag}", 1000), "low": (f"low-{tag}", 100)}
+    for name, value in classes.values():
+        kube_cluster.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": value}))
+    try:
+        yield Pool(key, classes["high"][0], classes["low"][0])
+    finally:
+        kube_cluster.kubectl("delete", "priorityclass", *(n for n, _ in classes.values()),
+                             "--wait=false", check=False)
+        kube_cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+
+
+def _replica(pool: Pool, count: int, priority: str | None = None) -> dict[str, Any]:
+    spec = replica("TfJob", count)
+    pod = spec["template"]["spec"]
+    pod.update(pool.placement, terminationGracePeriodSeconds=0)
+    pod["containers"][0]["resources"] = {"requests": {"cpu": CPU}, "limits": {"cpu": CPU}}
+    if priority is not None:
+        pod["priorityClassName"] = priority
+    return spec
+
+
+def _tfjob(pool: Pool, name: str, elastic: bool) -> dict[str, Any]:
+    workers = _replica(pool, 4, None if not elastic else pool.low)
+    if elastic:
+        workers["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 4}
+    manifest = job("TfJob", name, {
+        # Per role: the template's priorityClassName...
+        "Chief": _replica(pool, 1, pool.high),
+        "PS": _replica(pool, 2, pool.high),
+        "Worker": workers,
+    })
+    if not elastic:
+        # ...or schedulingPolicy.priorityClass for every replica whose template sets none.
+        manifest["spec"]["runPolicy"] = {"schedulingPolicy": {"priorityClass": pool.low}}
+    return manifest
+
+
+def _deployment(ns: Namespace, pool: Pool, replicas: int) -> None:
+    ns.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nginx"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "nginx"}},
+                 "template": {"metadata": {"labels": {"app": "nginx"}}, "spec": {
+                     **pool.placement, "priorityClassName": pool.high,
+                     "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "nginx", "image": IMAGE, "resources": {
+                         "requests": {"cpu": CPU}, "limits": {"cpu": CPU}}}]}}}}))
+
+
+def _running(ns: Namespace, name: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"].get("priorityClassName", "")
+            for p in ns.pods(name) if p["status"].get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")}
+
+
+def _lost_events(ns: Namespace, name: str) -> list[str]:
+    return [e["message"] for e in ns.events(name=name) if e["reason"] == "ReplicaLost"]
+
+
+def _status_where(ns: Namespace, name: str, what: str, test: Any) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        status = ns.status("TfJob", name)
+        return status if test(status) else None
+    return wait_for(check, lambda: f"{what}: {ns.status('TfJob', name)} pods "
+                    f"{ns.pod_summary(name)}", TIMEOUT)
+
+
+def _full_strength_and_succeed(ns: Namespace, name: str, seen: set[str]) -> dict[str, Any]:
+    """Scale the Deployment down: the Workers run again, then everything ends well."""
+    ns.kubectl("scale", "deployment", "nginx", "--replicas=0")
+    status = _status_where(ns, name, "full strength", lambda s: s.get("replicaSummary") ==
+                           "Chief 1/1, PS 2/2, Worker 4/4" and s.get("state") == "Running")
+    for pod in sorted(_running(ns, name)):
+        if "-worker-" in pod:
+            ns.end_pod(pod, 0)
+    ns.end_pod(f"{name}-chief-0", 0)
+    status = ns.wait_state("TfJob", name, "Succeeded", timeout=TIMEOUT)
+    assert "Failed" not in seen, seen
+    return status
+
+
+@pytest.mark.parametrize("elastic", [True, False], ids=["elastic", "not-elastic"])
+def test_elasticdl_demo(ns: Namespace, pool: Pool, elastic: bool) -> None:
+    name = "elastic" if elastic else "rigid"
+    ns.apply(_tfjob(pool, name, elastic))
+    status = ns.wait_state("TfJob", name, "Running", timeout=TIMEOUT)
+    running = _running(ns, name)
+    assert len(running) == 7, running  # 14 of 16 CPU: the job fits
+    # Per-role priority: template priorityClassName, else schedulingPolicy.priorityClass.
+    for pod, priority in running.items():
+        assert priority == (pool.low if "-worker-" in pod else pool.high), running
+    seen = {status["state"]}
+
+    # A high-priority Deployment needs 8 CPU: the scheduler preempts 3 low-priority Workers.
+    _deployment(ns, pool, 4)
+    # (Not waiting for all 4 to run: kube-scheduler may leave one Pending a while, nominated
+    # to a node with room, until some later cluster event requeues it. The job is the point.)
+    status = _status_where(ns, name, "3 Workers lost, their replacements unschedulable",
+                           lambda s: s["replicaStatuses"]["Worker"].get("lost", 0) >= 3
+                           and s["replicaStatuses"]["Worker"]["running"] == 1
+                           and s["replicaStatuses"]["Worker"]["pendingReason"]
+                           .startswith("Unschedulable: "))
+    seen.add(status["state"])
+    worker = status["replicaStatuses"]["Worker"]
+    # 3 preempted; a replacement that ran a moment before the Deployment's pod was bound may
+    # be preempted again: each one counted once, never as a failure.
+    lost_before = worker["lost"]
+    assert lost_before >= 3 and worker["recreations"] == lost_before, worker
+    assert (worker["restarts"], worker["failed"]) == (0, 0), worker
+    assert worker["pending"] == 3 and worker["active"] == 4, worker
+    assert worker["pendingReason"].startswith("Unschedulable: "), worker
+    assert status["replicaSummary"] == "Chief 1/1, PS 2/2, Worker 1/4", status
+    lost = _lost_events(ns, name)
+    assert len(lost) == lost_before, lost
+    assert all("PreemptionByScheduler" in m or "someone other than the operator" in m
+               for m in lost), lost
+    if elastic:
+        assert status["state"] == "Running", status
+        assert "running with 1 of 4 Workers" in condition(status, "Running")["message"]
+    else:
+        assert status["state"] == "Restarting", status
+        restarting = condition(status, "Restarting")
+        assert restarting is not None and restarting["reason"] == "ReplicasLost", restarting
+        assert "Worker 1/4 running" in restarting["message"], restarting
+
+    # kubectl delete pod of the Worker that runs: a replacement at once.
+    (survivor,) = [p for p in _running(ns, name) if "-worker-" in p]
+    old_uid = ns.pod(survivor)["metadata"]["uid"]  # type: ignore[index]
+    ns.kubectl("delete", "pod", survivor, "--wait=false")
+    wait_for(lambda: (p := ns.pod(survivor)) is not None and p["metadata"]["uid"] != old_uid
+             and not p["metadata"].get("deletionTimestamp"),
+             lambda: f"a replacement for {survivor}: {ns.pod_summary(name)}", 20)
+    status = _status_where(ns, name, "the deletion counted",
+                           lambda s: s["replicaStatuses"]["Worker"]["lost"] > lost_before)
+    seen.add(status["state"])
+    assert status["state"] != "Failed", status
+
+    status = _full_strength_and_succeed(ns, name, seen)
+    worker = status["replicaStatuses"]["Worker"]
+    assert (worker["restarts"], worker["failed"]) == (0, 0), worker
+    assert worker["lost"] == worker["recreations"] == len(_lost_events(ns, name)), worker
+    assert status["replicaSummary"].startswith("Chief 1 succeeded"), status
+    assert condition(status, "Failed") is None
