@@ -139,6 +139,14 @@ def _drop(key: str) -> Callable[[dict[str, Any]], None]:
     return lambda specs: specs.pop(key)
 
 
+def _elastic(key: str, replicas: int, low: int, high: int) -> Callable[[dict[str, Any]], None]:
+    def change(specs: dict[str, Any]) -> None:
+        specs[key]["replicas"] = replicas
+        specs[key]["elasticPolicy"] = {"minReplicas": low, "maxReplicas": high}
+
+    return change
+
+
 def _master_too(specs: dict[str, Any]) -> None:
     specs["Master"] = copy.deepcopy(specs["Chief"])
 
@@ -229,6 +237,17 @@ INVALID = [
      "activeDeadlineSeconds", "spec.runPolicy.activeDeadlineSeconds"),
     ("ttl-beyond-dates", _spec("TfJob", "ttl", runPolicy={"ttlSecondsAfterFinished": 2**40}),
      "ttlSecondsAfterFinished", "spec.runPolicy.ttlSecondsAfterFinished"),
+    # elasticPolicy bounds and where it is allowed (issue 14.1).
+    ("elastic-replicas-over-max", _with("MxJob", "el-max", _elastic("Worker", 9, 1, 4)),
+     "elasticPolicy needs minReplicas <= replicas <= maxReplicas",
+     "spec.replicaSpecs.Worker.replicas"),
+    ("elastic-min-over-max", _with("MxJob", "el-min", _elastic("Worker", 4, 5, 4)),
+     "elasticPolicy needs minReplicas <= replicas <= maxReplicas",
+     "spec.replicaSpecs.Worker.elasticPolicy.minReplicas"),
+    ("elastic-on-a-server", _with("MxJob", "el-server", _elastic("Server", 1, 1, 2)),
+     "a MxJob allows elasticPolicy only on Worker", "spec.replicaSpecs.Server.elasticPolicy"),
+    ("elastic-on-a-chief", _with("TfJob", "el-chief", _elastic("Chief", 1, 1, 1)),
+     "a TfJob allows elasticPolicy only on Worker", "spec.replicaSpecs.Chief.elasticPolicy"),
 ]
 
 
