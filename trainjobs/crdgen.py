@@ -188,6 +188,24 @@ def _root_rules() -> list[dict[str, str]]:
     ]
 
 
+def _count(rtype: ReplicaType) -> str:
+    if rtype.max_replicas is None:
+        return f"{rtype.min_replicas} or more"
+    if rtype.min_replicas == rtype.max_replicas:
+        return f"exactly {rtype.min_replicas}"
+    return f"{rtype.min_replicas} to {rtype.max_replicas}"
+
+
+def replica_specs_description(framework: Framework) -> str:
+    """What `kubectl explain <kind>.spec.replicaSpecs` says: this kind's own replica types."""
+    types = "; ".join(
+        f"{t.name}" + (f" (alias {', '.join(t.aliases)})" if t.aliases else "")
+        + f" ({_count(t)})" + (f": {t.description.rstrip('.')}" if t.description else "")
+        for t in framework.replica_types)
+    return (f"Replica specs of a {framework.kind}, keyed by replica type. {types}. Each: "
+            "replicas, restartPolicy, template (a core/v1 PodTemplateSpec), elasticPolicy.")
+
+
 def spec_schema(framework: Framework) -> dict[str, Any]:
     schema = structural(framework.spec_model.model_json_schema(by_alias=True))
     replica_specs = schema["properties"]["replicaSpecs"]
@@ -197,6 +215,7 @@ def spec_schema(framework: Framework) -> dict[str, Any]:
     replica["properties"]["replicas"]["minimum"] = 0
     replica["x-kubernetes-validations"] = [_template_restart_policy_rule(framework)]
     replica_specs["maxProperties"] = MAX_REPLICA_TYPES
+    replica_specs["description"] = replica_specs_description(framework)
     replica_specs["x-kubernetes-validations"] = _replica_rules(framework)
     schema["description"] = framework.description
     return schema

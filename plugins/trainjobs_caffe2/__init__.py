@@ -1,10 +1,11 @@
 """The Caffe2Job kind: data-parallel shards that rendezvous through Redis or a shared directory.
 
-Environment contract (../shared/design/api.md), in the `caffe2` container: SHARD_ID,
-NUM_SHARDS, RUN_ID (one per run of the job: its uid), REDIS_HOST/REDIS_PORT (redis backend) or
-NFS_PATH (nfs backend), and CAFFE2_CONFIG. The backend defaults to `none` for one worker and
-`redis` otherwise; a redis backend without `redisHost` gets a managed Redis (the
-`managed_redis` feature plugin). The job succeeds when every worker has succeeded.
+Environment contract (docs/api.md, "Environment contracts"), in the `caffe2` container:
+SHARD_ID, NUM_SHARDS, RUN_ID (`<job uid>-<attempt>`: one per attempt; the shards restart
+together), REDIS_HOST/REDIS_PORT (redis backend) or NFS_PATH (nfs backend), and CAFFE2_CONFIG.
+The backend defaults to `none` for one worker and `redis` otherwise; a redis backend without
+`redisHost` gets a managed Redis (the `managed_redis` feature plugin). The job succeeds when
+every worker has succeeded.
 """
 
 from __future__ import annotations

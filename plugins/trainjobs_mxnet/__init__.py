@@ -1,7 +1,7 @@
 """The MxJob kind: MXNet's parameter-server training (ps-lite) with a scheduler, servers, workers.
 
-Environment contract (../shared/design/api.md), set in every container of every replica:
-DMLC_ROLE, DMLC_PS_ROOT_URI/PORT (the scheduler), DMLC_NUM_SERVER, DMLC_NUM_WORKER,
+Environment contract (docs/api.md, "Environment contracts"), set in every container of every
+replica: DMLC_ROLE, DMLC_PS_ROOT_URI/PORT (the scheduler), DMLC_NUM_SERVER, DMLC_NUM_WORKER,
 DMLC_USE_KUBERNETES=1 on Kubernetes, DMLC_WORKER_ID for workers, and MX_CONFIG (the cluster as
 JSON). The job succeeds when every worker has succeeded; scheduler and servers never exit.
 """

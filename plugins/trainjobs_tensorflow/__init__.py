@@ -1,9 +1,9 @@
 """The TfJob kind: TensorFlow with a Chief (or Master), Workers, parameter servers and an Evaluator.
 
-Environment contract (../shared/design/api.md): TF_CONFIG in the `tensorflow` container, when
-the job has more than one replica, with `chief` (or `master` when the user wrote Master) in the
-cluster and the evaluator left out of it. Success: the Chief exits 0; with no Chief, Worker 0
-(or every Worker with `successPolicy: AllWorkers`).
+Environment contract (docs/api.md, "Environment contracts"): TF_CONFIG in the `tensorflow`
+container, when the job has more than one replica, with `chief` (or `master` when the user wrote
+Master) in the cluster and the evaluator left out of it. Success: the Chief exits 0; with no
+Chief, Worker 0 (or every Worker with `successPolicy: AllWorkers`).
 """
 
 from __future__ import annotations

@@ -96,6 +96,16 @@ def test_kubectl_explain_describes_fields(
     assert not missing, f"kubectl explain {resource} lacks {missing}:\n{out}"
 
 
+def test_kubectl_explain_names_each_kinds_own_replica_types(
+    kube_cluster: ControlPlane, trainjobs_crds: list[str]
+) -> None:
+    tf = kube_cluster.kubectl("explain", "tfjob.spec.replicaSpecs").stdout
+    assert "Replica specs of a TfJob" in tf and "Evaluator (0 to 1)" in tf, tf
+    assert "Scheduler" not in tf, tf
+    mx = kube_cluster.kubectl("explain", "mxjob.spec.replicaSpecs").stdout
+    assert "Scheduler (exactly 1)" in mx and "Chief" not in mx, mx
+
+
 def test_get_trainjobs_lists_a_job_of_every_kind(bare_ns: Namespace) -> None:
     for kind in PLURALS:
         bare_ns.apply(valid(kind, f"one-{kind.lower()}"))

@@ -1,4 +1,4 @@
-"""The operator as a process (api.md, "Operator process and configuration"): leader election
+"""The operator as a process (docs/operator.md, "Run it"): leader election
 on a Lease between two replicas and a takeover after the leader is SIGKILLed; /healthz,
 /readyz and Prometheus /metrics; Kubernetes Events; a clean exit 0 on SIGTERM."""
 

@@ -302,3 +302,20 @@ def test_framework_fields_in_the_schema() -> None:
     assert run_policy["cleanPodPolicy"]["enum"] == ["None", "Running", "All"]
     assert run_policy["backoffLimit"]["minimum"] == 0
     assert run_policy["schedulingPolicy"]["properties"]["minAvailable"]["minimum"] == 1
+
+
+@pytest.mark.parametrize(("kind", "types"), [
+    ("MxJob", ["Scheduler (exactly 1)", "Server (1 or more)", "Worker (1 or more)"]),
+    ("TfJob", ["Chief (alias Master) (0 to 1)", "Worker (0 or more)", "PS (0 or more)",
+               "Evaluator (0 to 1)"]),
+    ("Caffe2Job", ["Worker (1 or more)"]),
+])
+def test_replica_specs_describe_the_kinds_own_types(kind: str, types: list[str]) -> None:
+    """`kubectl explain tfjob.spec.replicaSpecs` once said "(e.g. Scheduler, Server, Worker)"
+    for every kind."""
+    described = open_api(checked_in(kind))["properties"]["spec"]["properties"][
+        "replicaSpecs"]["description"]
+    assert described.startswith(f"Replica specs of a {kind}, keyed by replica type.")
+    for text in types:
+        assert text in described, described
+    assert "e.g." not in described

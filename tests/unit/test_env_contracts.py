@@ -1,4 +1,4 @@
-"""The user-facing contract of what a job gets (shared/design/api.md): environment, names,
+"""The user-facing contract of what a job gets (docs/api.md): environment, names,
 labels, Services, owner references, extra objects and success rules.
 
 Two layers: golden files pin the FULL environment of every container of every example job

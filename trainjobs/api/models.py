@@ -154,7 +154,7 @@ class JobSpec(SpecModel):
 
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
     replica_specs: dict[str, ReplicaSpec] = Field(
-        description="Replica specs keyed by replica type (e.g. Scheduler, Server, Worker)."
+        description="Replica specs keyed by replica type (each kind's CRD lists its own)."
     )
 
 
