@@ -36,7 +36,8 @@ from trainjobs.plugin import (
 )
 
 __all__ = ["CONFIG_KEY", "SCHEDULERS", "GangConfig", "GangPlugin", "format_quantity",
-           "gang_config", "gang_for", "min_member", "min_resources", "parse_quantity",
+           "gang_config", "gang_for", "min_member", "min_per_type", "min_resources",
+           "parse_quantity",
            "pod_group_counts", "trainjobs_validate"]
 
 CONFIG_KEY = "gangScheduling"
@@ -92,12 +93,15 @@ class GangPlugin:
 
     def __init__(self, scheduler: str, api_version: str, member: tuple[str, str],
                  spec: Callable[[Job, GangConfig], dict[str, Any]],
-                 describe: Callable[[dict[str, Any]], tuple[str, str]]) -> None:
+                 describe: Callable[[dict[str, Any]], tuple[str, str]],
+                 task_annotation: str = "") -> None:
         self.scheduler = scheduler
         self.api_version = api_version
         self.member = member
         self.spec = spec
         self.describe = describe
+        # Where a pod names its replica type for the scheduler (Volcano's per-task minimum).
+        self.task_annotation = task_annotation
 
     @hookimpl
     def trainjobs_owned_resources(
@@ -116,6 +120,9 @@ class GangPlugin:
         if config is not None:
             where, key = self.member
             pod["metadata"].setdefault(where, {})[key] = job.name
+            if self.task_annotation:
+                pod["metadata"].setdefault("annotations", {})[self.task_annotation] = \
+                    replica.type_lower
             # A template that names its scheduler keeps it (docs/scheduling.md says so).
             pod["spec"].setdefault("schedulerName", config.scheduler_name)
 
@@ -155,8 +162,14 @@ def min_member(job: Job) -> int:
     policy = job.spec.run_policy.scheduling_policy
     if policy is not None and policy.min_available is not None:
         return policy.min_available
-    return sum(r.elastic_policy.min_replicas if r.elastic_policy else r.replicas
-               for r in job.spec.replica_specs.values())
+    return sum(min_per_type(job).values())
+
+
+def min_per_type(job: Job) -> dict[str, int]:
+    """The pods each replica type needs to run (lowercase type): all of them, or an elastic
+    type's `minReplicas` — which pods make up minMember, when no minAvailable says "any N"."""
+    return {key.lower(): r.elastic_policy.min_replicas if r.elastic_policy else r.replicas
+            for key, r in job.spec.replica_specs.items()}
 
 
 @hookimpl

@@ -1,7 +1,7 @@
 """Gang scheduling with Volcano (`gangScheduling.scheduler: volcano`): a
-`scheduling.volcano.sh/v1beta1` PodGroup per job (minMember, minResources, queue,
-priorityClassName), every pod annotated `scheduling.k8s.io/group-name` and handed to the
-`volcano` scheduler.
+`scheduling.volcano.sh/v1beta1` PodGroup per job (minMember, minTaskMember, minResources,
+queue, priorityClassName), every pod annotated `scheduling.k8s.io/group-name` and
+`volcano.sh/task-spec` (its replica type) and handed to the `volcano` scheduler.
 
 Volcano admits a PodGroup into its queue (phase Inqueue) once the queue and the cluster have
 room for `minResources`, then binds its pods only when `minMember` of them fit; until then the
@@ -14,12 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from trainjobs.plugin import Job
-from trainjobs_features.gang import GangConfig, GangPlugin, pod_group_counts
+from trainjobs_features.gang import GangConfig, GangPlugin, min_per_type, pod_group_counts
 
-__all__ = ["API_VERSION", "DEFAULT_QUEUE", "GROUP_NAME_ANNOTATION", "plugin"]
+__all__ = ["API_VERSION", "DEFAULT_QUEUE", "GROUP_NAME_ANNOTATION", "TASK_ANNOTATION", "plugin"]
 
 API_VERSION = "scheduling.volcano.sh/v1beta1"
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
+#: The pod's task (replica type) for the PodGroup's minTaskMember.
+TASK_ANNOTATION = "volcano.sh/task-spec"
 #: Volcano's admission webhook fills in this queue; we do not rely on the webhook.
 DEFAULT_QUEUE = "default"
 
@@ -29,6 +31,11 @@ def _spec(job: Job, config: GangConfig) -> dict[str, Any]:
     spec: dict[str, Any] = {"queue": (policy.queue if policy else None) or DEFAULT_QUEUE}
     if policy is not None and policy.priority_class:
         spec["priorityClassName"] = policy.priority_class
+    if policy is None or policy.min_available is None:
+        # Which pods make up minMember: without this, an elastic job's gang of 4 could be
+        # 3 Workers and 1 Server, leaving it unable to run. (With minAvailable the user
+        # asked for any N pods.)
+        spec["minTaskMember"] = min_per_type(job)
     return spec
 
 
@@ -46,4 +53,4 @@ def _describe(obj: dict[str, Any]) -> tuple[str, str]:
 
 
 plugin = GangPlugin("volcano", API_VERSION, ("annotations", GROUP_NAME_ANNOTATION), _spec,
-                    _describe)
+                    _describe, task_annotation=TASK_ANNOTATION)

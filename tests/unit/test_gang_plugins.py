@@ -58,9 +58,12 @@ def test_volcano_pod_group_and_pods() -> None:
     assert group["metadata"]["labels"]["trainjobs.io/job-name"] == "mx"
     # every replica; 0.5+2*1+3*2 = 8.5 CPU, 1+4+12 = 17 GiB
     assert group["spec"] == {"minMember": 6, "queue": "team-a", "priorityClassName": "high",
+                             "minTaskMember": {"scheduler": 1, "server": 2, "worker": 3},
                              "minResources": {"cpu": "8500m", "memory": str(17 * 2**30)}}
     for pod in rendered.pods.values():
         assert pod["metadata"]["annotations"][volcano.GROUP_NAME_ANNOTATION] == "mx"
+        assert pod["metadata"]["annotations"][volcano.TASK_ANNOTATION] == \
+            pod["metadata"]["labels"]["trainjobs.io/replica-type"]
         assert pod["spec"]["schedulerName"] == "volcano"
         assert pod["spec"]["priorityClassName"] == "high"
 
@@ -69,6 +72,17 @@ def test_volcano_default_queue_and_no_priority() -> None:
     (group,) = render(_sized_mxjob(), controller_config=VOLCANO).extras
     assert group["spec"]["queue"] == volcano.DEFAULT_QUEUE
     assert "priorityClassName" not in group["spec"]
+
+
+def test_volcano_elastic_gang_names_the_pods_it_needs() -> None:
+    doc = _sized_mxjob()
+    doc["spec"]["replicaSpecs"]["Worker"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 3}
+    (group,) = render(doc, controller_config=VOLCANO).extras
+    assert group["spec"]["minMember"] == 4
+    assert group["spec"]["minTaskMember"] == {"scheduler": 1, "server": 2, "worker": 1}
+    doc["spec"]["runPolicy"] = {"schedulingPolicy": {"minAvailable": 5}}  # any 5 pods
+    (group,) = render(doc, controller_config=VOLCANO).extras
+    assert group["spec"]["minMember"] == 5 and "minTaskMember" not in group["spec"]
 
 
 def test_coscheduling_pod_group_and_pods() -> None:
