@@ -12,12 +12,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainjobs.errors import SpecInvalid, TrainjobsError
+from trainjobs.errors import ProgramMissing, SpecInvalid, TrainjobsError
 from trainjobs.yamlio import dump_all, ignored_note
 
 __all__ = ["main"]
 
 EXIT_INVALID = 2
+EXIT_PROGRAM_MISSING = 3  # `trainjobs run`: a program it needs is not installed
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
@@ -155,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecInvalid as exc:
         print(f"error: {exc.summary()}", file=sys.stderr)
         return EXIT_INVALID
+    except ProgramMissing as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_PROGRAM_MISSING
     except TrainjobsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 __all__ = [
     "PermanentError",
     "PluginError",
+    "ProgramMissing",
     "SpecError",
     "SpecInvalid",
     "TemporaryError",
@@ -48,6 +49,11 @@ class SpecInvalid(TrainjobsError):
         lines = [f"{head} ({len(self.errors)} problem{'s' if len(self.errors) != 1 else ''}):"]
         lines += [f"  - {e}" for e in self.errors]
         return "\n".join(lines)
+
+
+class ProgramMissing(TrainjobsError):
+    """A program the local runtime itself needs (redis-server) is not installed: not the
+    job's fault, nor its failure. The message says how to get it."""
 
 
 class PluginError(TrainjobsError):

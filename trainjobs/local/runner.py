@@ -31,7 +31,8 @@ from trainjobs.core.observed import PodPhase
 from trainjobs.core.planner import Plan, plan
 from trainjobs.core.render import RenderedJob, expected_replicas, render_job
 from trainjobs.core.validation import load_job_file
-from trainjobs.errors import SpecError, SpecInvalid, TrainjobsError
+from trainjobs.errors import ProgramMissing, SpecError, SpecInvalid, TrainjobsError
+from trainjobs.local.ignored import ignored_fields_note
 from trainjobs.local.output import Console, ReplicaSummary
 from trainjobs.local.process import ProcessSpec, ReplicaProcess, process_spec
 from trainjobs.plugin.manager import PluginManager, load_plugins
@@ -41,6 +42,12 @@ from trainjobs.yamlio import describe, ignored_note
 __all__ = ["LocalRun", "free_port", "run_file"]
 
 LOCAL_NAMESPACE = "local"
+# How to get the programs the local runtime itself runs (not the jobs' own).
+INSTALL_HINTS = {
+    "redis-server": "install it with `make redis` (scripts/ensure-redis.sh, from a clone of "
+                    "trainjobs) or the Debian/Ubuntu package redis-server (apt-get install "
+                    "redis-server), or give the job a spec.backend.redisHost",
+}
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
@@ -86,6 +93,25 @@ class LocalRun:
         self.recreations: Counter[str] = Counter()
         self._wake = asyncio.Event()
         self._specs = self._process_specs()
+        self._component_specs = self._extra_specs()
+
+    def _extra_specs(self) -> dict[str, ProcessSpec]:
+        """The processes of the Pods among the extra objects (the managed Redis), checked
+        before anything starts: a missing program is said at once, with how to get it."""
+        specs: dict[str, ProcessSpec] = {}
+        for obj in self.desired.extras:
+            if obj["kind"] != "Pod":
+                continue
+            key = f"{obj['kind']}/{obj['metadata']['name']}"
+            result = process_spec(obj, obj["spec"]["containers"][0]["name"], self.base_dir, key)
+            if isinstance(result, SpecError):
+                program = obj["spec"]["containers"][0]["command"][0]
+                if program in INSTALL_HINTS:
+                    raise ProgramMissing(f"cannot run {key} locally: {program!r} is not on "
+                                         f"PATH; {INSTALL_HINTS[program]}")
+                raise TrainjobsError(f"cannot run {key} locally: {result.message}")
+            specs[key] = replace(result, restart_policy="Never")
+        return specs
 
     def _process_specs(self) -> dict[str, ProcessSpec]:
         specs: dict[str, ProcessSpec] = {}
@@ -168,11 +194,8 @@ class LocalRun:
             self.console.note(f"skipping {key}: the local runtime runs only pods")
             return
         name = obj["metadata"]["name"]
-        result = process_spec(obj, obj["spec"]["containers"][0]["name"], self.base_dir, key)
-        if isinstance(result, SpecError):
-            raise TrainjobsError(f"cannot run {key} locally: {result.message}")
         self.console.register([name])
-        proc = ReplicaProcess(name, obj, replace(result, restart_policy="Never"),
+        proc = ReplicaProcess(name, obj, self._component_specs[key],
                               self.log_dir / f"{name}.log", self.console.line, self.wake)
         self.components[name] = proc
         proc.start()
@@ -198,6 +221,7 @@ class LocalRun:
 
 def run_file(path: Path, args: argparse.Namespace) -> int:
     """Run the job in `path`; returns the process exit code."""
+    started = time.monotonic()  # the summary's duration covers start-up too
     plugins = load_plugins()
     loaded = load_job_file(path, plugins)
     if len(loaded.jobs) != 1:
@@ -220,12 +244,14 @@ def run_file(path: Path, args: argparse.Namespace) -> int:
                  f"images are ignored); logs in {log_dir}")
     if loaded.ignored:
         console.note(ignored_note(loaded.ignored))
-    return asyncio.run(_main(run))
+    fields = ignored_fields_note(job, framework)
+    if fields:
+        console.note(fields)
+    return asyncio.run(_main(run, started))
 
 
-async def _main(run: LocalRun) -> int:
+async def _main(run: LocalRun, started: float) -> int:
     loop = asyncio.get_running_loop()
-    started = time.monotonic()
     task = asyncio.current_task()
     assert task is not None
     interrupted: list[str] = []
