@@ -6,7 +6,8 @@
 # register through the `trainjobs` entry-point group exactly as a third-party plugin would) and
 # fetches the wheels of exactly the runtime dependencies uv.lock pins (hash-checked). Stage 2
 # installs only those wheels, from the local directory, into a slim Python: no compiler, no
-# build tools, no source tree.
+# build tools, no source tree. `make image` builds the equivalent image without a container
+# engine (scripts/build-image.sh, docs/helm.md).
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build
@@ -26,6 +27,7 @@ LABEL org.opencontainers.image.title="trainjobs operator" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
@@ -33,10 +35,11 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
  && groupadd --gid 65532 trainjobs \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin trainjobs \
- && trainjobs --help >/dev/null
+ && python3.11 -m trainjobs.cli operator --help >/dev/null
 # A numeric UID, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 8080
-ENTRYPOINT ["trainjobs"]
+# The same entry point as `make image`'s (scripts/build-image.sh).
+ENTRYPOINT ["python3.11", "-m", "trainjobs.cli"]
 CMD ["operator"]

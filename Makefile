@@ -9,7 +9,7 @@ SHELL := /bin/bash
 export TRAINJOBS_CACHE ?= $(HOME)/.cache/trainjobs
 PYTEST_ARGS ?=
 
-.PHONY: test demo bench chaos lint unit integration e2e prepare dev control-plane venvs redis crds lock
+.PHONY: test demo bench chaos image lint unit integration e2e prepare dev control-plane venvs redis crds lock
 
 ## make test: the whole suite, exactly as CI runs it.
 test:
@@ -39,6 +39,15 @@ chaos:
 	@venv=$$(scripts/dev-venv.sh); \
 	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \
 	"$$venv/bin/pytest" tests/chaos --chaos -m chaos -v $(PYTEST_ARGS)
+
+## make image: the operator's OCI image without a container engine (scripts/build-image.sh:
+## Debian's python3.11 + the locked wheels, assembled by umoci) as
+## dist/trainjobs-operator-VERSION.oci.tar, then its proof (tests/image: unpacked and run in a
+## chroot as UID 65532 against the test control plane). Push: docs/helm.md.
+image:
+	@venv=$$(scripts/dev-venv.sh); scripts/build-image.sh; \
+	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \
+	"$$venv/bin/pytest" tests/image --image -p no:cacheprovider $(PYTEST_ARGS)
 
 dev:
 	@scripts/dev-venv.sh

@@ -1,10 +1,12 @@
 """Shared pytest configuration: the real control plane fixture (``kube_cluster``) for the
-integration tests, and the ``--chaos`` switch. Plugins and options must be declared in the
-top-level conftest.
+integration tests, and the ``--chaos`` and ``--image`` switches. Plugins and options must be
+declared in the top-level conftest.
 
 The long chaos scenarios (tests/chaos, marker ``chaos``) take about 15 minutes: ``make test``
 (``pytest tests``) collects them and deselects them on purpose - the summary line says
 "N deselected" - while their small versions run; ``make chaos`` runs them with ``--chaos``.
+The operator image's proof (tests/image, marker ``image``: build, unpack, run in a chroot)
+takes minutes too; ``make image`` runs it with ``--image``.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "write their figures to docs/reliability.md")
 
 
+    parser.addoption("--image", action="store_true", default=False,
+                     help="also build the operator image and prove it (marker image; "
+                          "`make image`, a few minutes)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--chaos"):
-        return
-    long = [item for item in items if item.get_closest_marker("chaos") is not None]
-    if long:
-        config.hook.pytest_deselected(items=long)
-        items[:] = [item for item in items if item.get_closest_marker("chaos") is None]
+    for marker in ("chaos", "image"):
+        if config.getoption(f"--{marker}"):
+            continue
+        long = [item for item in items if item.get_closest_marker(marker) is not None]
+        if long:
+            config.hook.pytest_deselected(items=long)
+            items[:] = [item for item in items if item.get_closest_marker(marker) is None]
