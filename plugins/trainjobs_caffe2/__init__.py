@@ -127,9 +127,12 @@ class Caffe2Plugin(FrameworkPlugin):
         if ctx.backend == "local":
             # Gloo picks the interface of the host name; on one machine that must be loopback.
             values["GLOO_SOCKET_IFNAME"] = "lo"
-        config = {"cluster": {"worker": [str(a) for a in workers]},
-                  "task": {"type": "worker", "index": replica.index}}
-        values["CAFFE2_CONFIG"] = json.dumps(config, separators=(",", ":"))
+        # The cluster is serialised once per rendering and spliced in (byte for byte what
+        # json.dumps of the whole object writes), not again for every shard.
+        cluster = ctx.cluster.shared(f"CAFFE2_CONFIG.cluster/{replica.type}", lambda: json.dumps(
+            {"worker": [str(a) for a in workers]}, separators=(",", ":")))
+        values["CAFFE2_CONFIG"] = (f'{{"cluster":{cluster},"task":{{"type":"worker",'
+                                   f'"index":{replica.index}}}}}')
         return ReplicaEnv(values)
 
     def succeeded(self, job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:

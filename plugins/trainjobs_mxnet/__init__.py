@@ -79,18 +79,18 @@ class MxNetPlugin(FrameworkPlugin):
             values["DMLC_NODE_HOST"] = "127.0.0.1"
         if role == "worker":
             values["DMLC_WORKER_ID"] = str(replica.index)
-        cluster = {
+        # The cluster, the same for every replica, is serialised once per rendering and
+        # spliced in (byte for byte what json.dumps of the whole object writes).
+        cluster = layout.shared("MX_CONFIG.cluster", lambda: json.dumps({
             t: [{"url": a.host, "port": a.port} for a in addrs]
             for t, addrs in (("scheduler", [scheduler]), ("server", servers),
                              ("worker", workers))
-        }
-        mx_config = {
-            "cluster": cluster,
-            # MXNet's tuning roles read labels; plain training leaves them empty.
-            "labels": {"scheduler": "", "server": "", "worker": ""},
-            "task": {"type": role, "index": replica.index},
-        }
-        values["MX_CONFIG"] = json.dumps(mx_config, separators=(",", ":"))
+        }, separators=(",", ":")))
+        # MXNet's tuning roles read labels; plain training leaves them empty.
+        labels = '{"scheduler":"","server":"","worker":""}'
+        task = json.dumps({"type": role, "index": replica.index}, separators=(",", ":"))
+        values["MX_CONFIG"] = f'{{"cluster":{cluster},"labels":{labels},"task":{task}}}'
+
         return ReplicaEnv(values, all_containers=True)
 
     def succeeded(self, job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:

@@ -102,6 +102,10 @@ TENSORFLOW = Framework(
 )
 
 
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 def _key_of(job: Job, type_name: str) -> str | None:
     for key in job.spec.replica_specs:
         rtype = TENSORFLOW.replica_type(key)
@@ -137,17 +141,17 @@ class TensorFlowPlugin(FrameworkPlugin):
         total = sum(r.replicas for r in job.spec.replica_specs.values())
         if total <= 1:
             return None
-        cluster = {
+        # The cluster, the same for every replica, is serialised once per rendering and
+        # spliced in (byte for byte what json.dumps of the whole object writes): serialising
+        # every address again for every replica made rendering quadratic in CPU.
+        cluster = ctx.cluster.shared("TF_CONFIG.cluster", lambda: _json({
             key.lower(): [str(a) for a in ctx.cluster.of_type(key)]
             for key, rspec in job.spec.replica_specs.items()
             if rspec.replicas > 0 and TENSORFLOW.replica_type(key).name != "Evaluator"  # type: ignore[union-attr]
-        }
-        tf_config = {
-            "cluster": cluster,
-            "task": {"type": replica.type_lower, "index": replica.index},
-            "environment": "cloud",
-        }
-        return ReplicaEnv({"TF_CONFIG": json.dumps(tf_config, separators=(",", ":"))})
+        }))
+        task = _json({"type": replica.type_lower, "index": replica.index})
+        return ReplicaEnv({"TF_CONFIG": f'{{"cluster":{cluster},"task":{task},'
+                                        f'"environment":"cloud"}}'})
 
     def succeeded(self, job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
         master = master_replica(job)

@@ -30,4 +30,4 @@ def test_unpack_hands_out_fresh_objects() -> None:
 def test_packed_is_a_fraction_of_the_manifests() -> None:
     rendered = render(parse(load_doc(EXAMPLES[0])))
     plain = len(json.dumps(rendered.pods)) + len(json.dumps(rendered.services))
-    assert len(PackedRender.pack(rendered).blob) * 4 < plain
+    assert PackedRender.pack(rendered).size * 4 < plain

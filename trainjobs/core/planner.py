@@ -9,6 +9,7 @@ Calling it again on the state its own plan produced must ask for nothing new (id
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -175,14 +176,15 @@ def plan(
         if state.attempt != old.attempt:
             _forget_indexes(state)  # a new attempt runs every replica again
     _rescale(state, desired, pods)
-    for name, pod_manifest in desired.pods.items():
+    for name in desired.pods:  # (a manifest is read only to create it: see PackedRender)
         replica = desired.replicas[name]
         policy = job.spec.replica_specs[replica.type].restart_policy
         pod = by_name.get(name)
         if pod is not None and pod.name not in state.rescaled and _stale(state, pod):
             outcomes.append(_restart_with_attempt(state, replica, pod))
             continue
-        outcomes.append(_outcome(state, replica, pod, policy, pod_manifest, counted,
+        outcomes.append(_outcome(state, replica, pod, policy,
+                                 functools.partial(desired.pods.__getitem__, name), counted,
                                  new_counted, restarts_now, settings))
     if state.attempt is not None and state.attempt != old.attempt:
         # `desired` was rendered for the attempt that just ended: create nothing from it.
@@ -195,9 +197,9 @@ def plan(
     for pod in pods:
         if pod.name not in desired.pods and not pod.deleting:
             state.plan.delete_pods.append(pod.name)
-    for name, svc in desired.services.items():
+    for name in desired.services:
         if name not in services:
-            state.plan.create_services.append(svc)
+            state.plan.create_services.append(desired.services[name])
     state.plan.delete_services.extend(sorted(services - set(desired.services)))
     for obj in desired.extras:
         if f"{obj['kind']}/{obj['metadata']['name']}" not in extras:
@@ -392,7 +394,7 @@ def _outcome(
     replica: Replica,
     pod: ObservedPod | None,
     policy: RestartPolicy,
-    manifest: dict[str, Any],
+    manifest: Callable[[], dict[str, Any]],
     counted: set[str],
     new_counted: set[str],
     restarts: dict[str, int],
@@ -402,11 +404,12 @@ def _outcome(
     if pod is None:
         if replica.index in state.completed[replica.type]:
             return ReplicaOutcome(replica, ReplicaPhase.SUCCEEDED, 0)  # never run again
-        name = manifest["metadata"]["name"]
+        body = manifest()
+        name = body["metadata"]["name"]
         if replica.index in started:
             _lost(state, replica, name, state.lost_causes.get(name) or "its pod disappeared "
                   "(deleted, preempted or evicted by someone other than the operator)")
-        state.plan.create_pods.append(manifest)
+        state.plan.create_pods.append(body)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING)
     if pod.deleting:
         if replica.index in started and pod.name not in state.rescaled:

@@ -10,6 +10,7 @@ plugin adds (TensorFlow's PS server) receives the environment too.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ __all__ = [
     "LABEL_REPLICA_TYPE",
     "PLACEHOLDER_UID",
     "RenderedJob",
+    "Rendering",
     "expected_replicas",
     "kubernetes_layout",
     "named_port",
@@ -61,10 +63,11 @@ POD_RESTART_POLICY = {
 
 @dataclass
 class RenderedJob:
-    """Everything a job should own, keyed by object name."""
+    """Everything a job should own, keyed by object name. (The operator's are mappings that
+    decode each object only when it is read: see operator/cache.py, PackedRender.)"""
 
-    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
-    services: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    services: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     extras: list[dict[str, Any]] = field(default_factory=list)
     replicas: dict[str, Replica] = field(default_factory=dict)
 
@@ -149,40 +152,71 @@ def replica_counts(job: Job) -> str:
     return ",".join(f"{k}={r.replicas}" for k, r in sorted(job.spec.replica_specs.items()))
 
 
-def render_job(
-    job: Job,
-    framework: Framework,
-    plugins: PluginManager,
-    backend: Literal["kubernetes", "local"] = "kubernetes",
-    layout: ClusterLayout | None = None,
-    controller_config: dict[str, Any] | None = None,
-) -> RenderedJob:
-    """The desired objects of `job`. Raises `SpecInvalid` on environment collisions."""
-    ctx = RenderContext(
-        backend=backend,
-        framework=framework,
-        cluster=layout or kubernetes_layout(job, framework),
-        controller_config=controller_config or {},
-    )
-    rendered = RenderedJob()
-    errors: list[SpecError] = []
-    counts = replica_counts(job)
-    for replica in expected_replicas(job):
-        name = replica.object_name(job.name)
-        rendered.replicas[name] = replica
-        rendered.pods[name] = pod = _render_pod(job, replica, ctx, plugins, errors)
-        pod["metadata"].setdefault("annotations", {})[ANNOTATION_REPLICAS] = counts
-        rendered.services[name] = _render_service(job, replica, ctx)
-    if errors:
-        raise SpecInvalid(errors)
-    for obj in plugins.extra_objects(job, ctx):
-        obj = copy.deepcopy(obj)
-        meta = obj.setdefault("metadata", {})
-        meta["namespace"] = job.namespace
-        meta["ownerReferences"] = [owner_reference(job)]
-        meta.setdefault("labels", {}).update(job_labels(job, framework))
-        rendered.extras.append(obj)
-    return rendered
+class Rendering:
+    """A job's desired objects, rendered one replica at a time.
+
+    Why a stream: a framework that lists every address in every replica's environment
+    (TF_CONFIG, MX_CONFIG) makes a job's rendered objects grow with the square of its
+    replicas (2,000 MxJob replicas: ~160 MB as text). Validation needs only to see each pod
+    once and the operator keeps them compressed, so neither ever holds them all at once.
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        framework: Framework,
+        plugins: PluginManager,
+        backend: Literal["kubernetes", "local"] = "kubernetes",
+        layout: ClusterLayout | None = None,
+        controller_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.job = job
+        self.framework = framework
+        self.plugins = plugins
+        self.ctx = RenderContext(
+            backend=backend,
+            framework=framework,
+            cluster=layout or kubernetes_layout(job, framework),
+            controller_config=controller_config or {},
+        )
+
+    def replicas(self) -> Iterator[tuple[str, Replica, dict[str, Any], dict[str, Any]]]:
+        """(name, replica, pod, Service) per replica, in order; then raises `SpecInvalid` if
+        any environment collided (every problem of every replica at once)."""
+        job, errors = self.job, list[SpecError]()
+        counts = replica_counts(job)
+        for replica in expected_replicas(job):
+            pod = _render_pod(job, replica, self.ctx, self.plugins, errors)
+            pod["metadata"].setdefault("annotations", {})[ANNOTATION_REPLICAS] = counts
+            yield (replica.object_name(job.name), replica, pod,
+                   _render_service(job, replica, self.ctx))
+        if errors:
+            raise SpecInvalid(errors)
+
+    def extras(self) -> list[dict[str, Any]]:
+        """The plugins' extra objects, owned by and labelled for the job."""
+        job, out = self.job, []
+        for obj in self.plugins.extra_objects(job, self.ctx):
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            meta["namespace"] = job.namespace
+            meta["ownerReferences"] = [owner_reference(job)]
+            meta.setdefault("labels", {}).update(job_labels(job, self.framework))
+            out.append(obj)
+        return out
+
+
+def render_job(job: Job, framework: Framework, plugins: PluginManager,
+               **options: Any) -> RenderedJob:
+    """The desired objects of `job`, all at once (`options`: Rendering's backend, layout,
+    controller_config). Raises `SpecInvalid` on environment collisions."""
+    rendering = Rendering(job, framework, plugins, **options)
+    pods: dict[str, dict[str, Any]] = {}
+    services: dict[str, dict[str, Any]] = {}
+    replicas: dict[str, Replica] = {}
+    for name, replica, pod, service in rendering.replicas():
+        replicas[name], pods[name], services[name] = replica, pod, service
+    return RenderedJob(pods, services, rendering.extras(), replicas)
 
 
 def _render_pod(

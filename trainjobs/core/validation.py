@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -37,9 +37,6 @@ from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework, ReplicaType
 from trainjobs.yamlio import describe, load_documents, read_documents
-
-if TYPE_CHECKING:
-    from trainjobs.core.render import RenderedJob
 
 __all__ = ["DNS1035", "MAX_NAME_LENGTH", "JobFile", "ReplicaLimit", "is_job_document",
            "load_job_file", "parse_job", "parse_job_documents", "split_jobs"]
@@ -196,26 +193,31 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager,
         return errors
     # Render once with placeholder addresses: collisions between injected and user-set
     # environment variables, or between plugins, surface here, before anything runs.
-    from trainjobs.core.render import render_job  # render imports this module's helpers
+    # One pod at a time, each dropped once seen: a job's rendered objects can be large.
+    from trainjobs.core.render import Rendering  # render imports this module's helpers
 
+    rendering = Rendering(job, framework, plugins, backend="kubernetes")
+    owned: list[str] = []
+    bare: set[str] = set()  # replica types whose pods got no container
     try:
-        rendered = render_job(job, framework, plugins, backend="kubernetes")
+        for _, replica, pod, service in rendering.replicas():
+            owned += (pod["metadata"]["name"], service["metadata"]["name"])
+            if not pod["spec"].get("containers"):
+                bare.add(replica.type)
     except SpecInvalid as exc:
         return errors + exc.errors
-    names = [o["metadata"]["name"] for o in rendered.manifests()]
-    return errors + _check_supplied_containers(rendered, framework) + \
-        _check_derived_names(job, names)
+    owned += [o["metadata"]["name"] for o in rendering.extras()]
+    return errors + _check_supplied_containers(bare, framework) + \
+        _check_derived_names(job, owned)
 
 
-def _check_supplied_containers(rendered: RenderedJob, framework: Framework) -> list[SpecError]:
+def _check_supplied_containers(bare: set[str], framework: Framework) -> list[SpecError]:
     """A replica spec without a template relies on a plugin for its container (the default
     PS server); without that plugin loaded, its pods would have none."""
-    keys = sorted({rendered.replicas[n].type for n, pod in rendered.pods.items()
-                   if not pod["spec"].get("containers")})
     return [SpecError(f"spec.replicaSpecs.{key}.template", f"required: no installed plugin "
                       f"supplies a {framework.container_name!r} container for these pods "
                       "(is the default PS server plugin, tf_ps_server, disabled?)")
-            for key in keys]
+            for key in sorted(bare)]
 
 
 def _check_template_restart_policy(key: str, rspec: ReplicaSpec,

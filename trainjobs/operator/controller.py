@@ -10,12 +10,14 @@ and nothing is listed per event or polled per job.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from trainjobs.api.models import (
     MAX_REPLICAS,
@@ -28,7 +30,7 @@ from trainjobs.api.models import (
 from trainjobs.core.indexes import parse_indexes
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.planner import Plan, PlannerSettings, plan
-from trainjobs.core.render import RenderedJob, render_job
+from trainjobs.core.render import RenderedJob, Rendering
 from trainjobs.core.validation import ReplicaLimit, parse_job
 from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
 from trainjobs.operator import metrics
@@ -66,6 +68,7 @@ from trainjobs.plugin.types import Framework
 __all__ = ["Controller", "ControllerSettings"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 OWNED_SELECTOR = "trainjobs.io/job-name"
 
 
@@ -292,7 +295,7 @@ class Controller:
 
     # Reconcile --------------------------------------------------------------------------
 
-    def _parse(self, key: str, entry: JobEntry) -> _Parsed:
+    async def _parse(self, key: str, entry: JobEntry) -> _Parsed:
         """The validated job, cached per generation (validation is the costly part)."""
         cached = self._parsed.get(key)
         if cached is not None and cached.generation == entry.generation and \
@@ -301,14 +304,15 @@ class Controller:
         limit = ReplicaLimit(self.settings.max_replicas_per_job,
                              "this operator (--max-replicas-per-job)")
         try:
-            parsed = _Parsed(entry.generation, entry.uid,
-                             parse_job(entry.raw, self.plugins, key, limit), None)
+            job = await _cpu(_replica_count(entry.raw) > OFFLOAD_REPLICAS, parse_job,
+                             entry.raw, self.plugins, key, limit)
+            parsed = _Parsed(entry.generation, entry.uid, job, None)
         except SpecInvalid as exc:
             parsed = _Parsed(entry.generation, entry.uid, None, None, exc)
         self._parsed[key] = parsed
         return parsed
 
-    def _desired(self, parsed: _Parsed, job: Job, finished: bool) -> RenderedJob:
+    async def _desired(self, parsed: _Parsed, job: Job, finished: bool) -> RenderedJob:
         """The objects the job should own, rendered once per generation and kept packed.
 
         A finished job needs none: it only cleans up, so its rendering is dropped (5,000
@@ -319,17 +323,18 @@ class Controller:
         if parsed.desired is not None and parsed.attempt == job.status.attempt:
             return parsed.desired.unpack()
         framework = self._framework(job.kind)
-        rendered = render_job(job, framework, self.plugins, backend="kubernetes",
+        rendering = Rendering(job, framework, self.plugins, backend="kubernetes",
                               controller_config=self.settings.controller_config)
-        parsed.desired = PackedRender.pack(rendered)
+        parsed.desired = await _cpu(_replica_count(job) > OFFLOAD_REPLICAS, PackedRender.of,
+                                    rendering.replicas(), rendering.extras())
         parsed.attempt = job.status.attempt
-        return rendered
+        return parsed.desired.unpack()
 
     async def reconcile(self, key: str) -> None:
         entry = self.jobs.get(key)
         if entry is None:
             return
-        parsed = self._parse(key, entry)
+        parsed = await self._parse(key, entry)
         status = JobStatus.model_validate(entry.raw.get("status") or {})
         if parsed.job is None:
             await self._fail_invalid(key, entry, status, parsed.error)
@@ -341,18 +346,20 @@ class Controller:
         })
         framework = self._framework(job.kind)
         finished = status.state in ("Succeeded", "Failed")
-        desired = self._desired(parsed, job, finished)
+        desired = await self._desired(parsed, job, finished)
         if finished:
             # Nor is its validated spec kept (about 9 KiB of models per job): the rare event
             # that still reaches a finished job parses it again.
             self._parsed.pop(key, None)
         pods, services, extras = self._observed(key, entry.uid, desired)
         gone = self._gone.pop(key, None)
-        decision = plan(job, desired, pods, services, extras,
-                        lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes),
-                        settings=self.planner_settings,
-                        restart_together=framework.replicas_restart_together,
-                        lost_causes=gone, create_refused=self.create_gate.reason(key))
+        decision = await _cpu(
+            len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
+                plan, settings=self.planner_settings,
+                restart_together=framework.replicas_restart_together, lost_causes=gone,
+                create_refused=self.create_gate.reason(key)),
+            job, desired, pods, services, extras,
+            lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes))
         if self.watched:
             decision.status = self._with_object_statuses(key, entry.uid, job, decision.status)
         await self._write_status(key, job, decision.status)
@@ -617,6 +624,33 @@ def _replicas_forgotten(old: JobStatus, new: JobStatus) -> bool:
                 parse_indexes(before.started_indexes) - parse_indexes(after.started_indexes):
             return True
     return False
+
+
+#: A job with more replicas is validated, rendered and planned in a worker thread: its CPU
+#: work (tens of milliseconds per hundred replicas, and a reconcile that creates its pods
+#: decodes all their manifests) must not stall the event loop that serves every other job.
+#: The GIL lets the loop run every few milliseconds meanwhile (sys.getswitchinterval()).
+OFFLOAD_REPLICAS = 100
+
+
+async def _cpu(offload: bool, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)`, in a worker thread when `offload`, else here (a thread hop costs more
+    than a small job's whole reconcile)."""
+    if offload:
+        result: T = await asyncio.to_thread(fn, *args)
+        return result
+    return fn(*args)
+
+
+def _replica_count(job: Job | dict[str, Any]) -> int:
+    """The replicas a job asks for; from a raw object, counting only what is an int."""
+    if isinstance(job, Job):
+        return sum(r.replicas for r in job.spec.replica_specs.values())
+    specs = (job.get("spec") or {}).get("replicaSpecs")
+    if not isinstance(specs, dict):
+        return 0
+    counts = [s.get("replicas", 1) for s in specs.values() if isinstance(s, dict)]
+    return sum(c for c in counts if isinstance(c, int))
 
 
 def _older(new: JobEntry, current: JobEntry) -> bool:

@@ -51,6 +51,10 @@ class Backoff:
         self._next = 0.0
 
 
+#: Seconds of event handling after which an informer lets the event loop run other tasks.
+YIELD_EVERY = 0.005
+
+
 class Informer(Generic[T]):
     """Caches `transform(obj)` for every object of `resource` in `namespace` (None: all)."""
 
@@ -80,6 +84,7 @@ class Informer(Generic[T]):
         self._clock = clock
         self._sleep = sleep
         self._opened = 0.0
+        self._yielded = 0.0
 
     def __repr__(self) -> str:
         return f"Informer({self.resource.plural}, ns={self.namespace or '*'})"
@@ -148,6 +153,12 @@ class Informer(Generic[T]):
                                            label_selector=self.label_selector,
                                            timeout_seconds=self.watch_timeout,
                                            on_open=self._on_open):
+            if self._clock() - self._yielded > YIELD_EVERY:
+                # A burst of events (a chunk of the stream holds many, and a pod with a large
+                # environment costs a fraction of a millisecond to decode) is handled without
+                # an await in between: let the other tasks run every few milliseconds.
+                await asyncio.sleep(0)
+                self._yielded = self._clock()
             etype = event.get("type")
             obj = event.get("object") or {}
             if etype == "ERROR":

@@ -267,8 +267,13 @@ class Kube:
             buffer = b""
             async for chunk in resp.content.iter_any():
                 buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                if b"\n" not in chunk:
+                    continue
+                # All lines at once: splitting one line off at a time copied the rest of the
+                # buffer per line, quadratic in a chunk of many large events (a burst of
+                # pods with a large TF_CONFIG each), all of it inside the event loop.
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
                     yield line
             if buffer and unterminated:
                 yield buffer

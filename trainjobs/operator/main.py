@@ -24,6 +24,7 @@ from trainjobs.operator.http import start_http
 from trainjobs.operator.kube import Kube, connect
 from trainjobs.operator.leader import LeaderElector, LeaseSettings
 from trainjobs.operator.logs import setup_logging
+from trainjobs.operator.looplag import probe_loop_lag
 from trainjobs.plugin.manager import load_plugins
 
 __all__ = ["run_operator"]
@@ -97,6 +98,7 @@ async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, 
         return None if controller.synced else "caches not synced"
 
     runner = await start_http(host, port, ready)
+    lag_probe = asyncio.create_task(probe_loop_lag(), name="loop-lag")
     log.info("trainjobs operator: kinds %s, namespaces %s, http %s:%d",
              ", ".join(plugins.frameworks), ", ".join(settings.namespaces) or "all", host, port)
     tasks: list[asyncio.Task[Any]] = []
@@ -126,9 +128,10 @@ async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, 
                 if w not in tasks:
                     w.cancel()
     finally:
+        lag_probe.cancel()
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(lag_probe, *tasks, return_exceptions=True)
         if elector is not None and code == 0:
             await elector.release()
         await runner.cleanup()

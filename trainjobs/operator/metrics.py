@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["API_ERRORS", "GC_PAUSE", "JOBS", "QUEUE_DEPTH", "RECONCILES", "RECONCILE_DURATION",
-           "REGISTRY"]
+__all__ = [
+           "API_ERRORS",
+           "GC_PAUSE",
+           "JOBS",
+           "LOOP_LAG",
+           "LOOP_LAG_MAX",
+           "QUEUE_DEPTH",
+           "RECONCILES",
+           "RECONCILE_DURATION",
+           "REGISTRY",
+]
 
 REGISTRY = CollectorRegistry()
 
@@ -29,3 +38,14 @@ GC_PAUSE = Histogram(
     "(the event loop waits for each).", ["generation"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
     registry=REGISTRY)
+LOOP_LAG = Histogram(
+    "trainjobs_event_loop_lag_seconds", "How late the event loop woke a task that slept a fixed "
+    "interval: the delay every ready task (reconciles, watches, /readyz) suffered meanwhile.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+    registry=REGISTRY)
+LOOP_LAG_MAX = Gauge("trainjobs_event_loop_lag_max_seconds", "The longest event loop lag seen "
+                     "since the operator started.", registry=REGISTRY)
+LOOP_LAG_BUSY_MAX = Gauge(
+    "trainjobs_event_loop_lag_busy_max_seconds", "The longest event loop lag counting only "
+    "the time the process was on the CPU meanwhile (what the operator itself caused, not a "
+    "machine busy with others).", registry=REGISTRY)

@@ -26,7 +26,7 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.6"
+PLUGIN_API_VERSION = "1.7"
 
 __all__ = [
     "PLUGIN_API_VERSION",

@@ -7,12 +7,15 @@ logic). These types are part of the public plugin API; change them deliberately.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from functools import cached_property
+from typing import Any, Literal, TypeVar
 
 from trainjobs.api.models import JobSpec
+
+V = TypeVar("V")
 
 __all__ = [
     "Address",
@@ -153,8 +156,30 @@ class ClusterLayout:
 
     def of_type(self, rtype: str) -> list[Address]:
         """Addresses of every replica of one type (a replicaSpecs key), in index order."""
-        found = sorted((r.index, a) for r, a in self.addresses.items() if r.type == rtype)
-        return [a for _, a in found]
+        return list(self._by_type.get(rtype, ()))
+
+    def shared(self, key: Hashable, build: Callable[[], V]) -> V:
+        """`build()`, called once per layout (that is, once per rendering of the job) for
+        each `key`: for what every replica's environment repeats, such as the cluster part of
+        TF_CONFIG. Without it, a plugin that rebuilds the list of every address for every
+        replica makes rendering quadratic in CPU, not only in the bytes it writes."""
+        memo = self._memo
+        if key not in memo:
+            memo[key] = build()
+        value: V = memo[key]
+        return value
+
+    @cached_property
+    def _by_type(self) -> dict[str, tuple[Address, ...]]:
+        grouped: dict[str, list[tuple[int, Address]]] = {}
+        for replica, address in self.addresses.items():
+            grouped.setdefault(replica.type, []).append((replica.index, address))
+        return {t: tuple(a for _, a in sorted(found, key=lambda p: p[0]))
+                for t, found in grouped.items()}
+
+    @cached_property
+    def _memo(self) -> dict[Hashable, Any]:
+        return {}
 
     def address(self, replica: Replica) -> Address:
         return self.addresses[replica]
