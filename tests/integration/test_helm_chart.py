@@ -591,7 +591,7 @@ def test_default_render_is_secure_labelled_and_least_privilege(helm_offline: Hel
         "--status-coalesce=1",
         "--gc-thaw-interval=3600",
         "--request-timeout=30",
-        "--max-replicas-per-job=5000",
+        "--max-replicas-per-job=2000",
         "--ready-api-timeout=10",
     ]
     assert pod["serviceAccountName"] == "rel-trainjobs"

@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "API_VERSION",
+    "DEFAULT_MAX_REPLICAS_PER_JOB",
     "GROUP",
     "MAX_DURATION_SECONDS",
     "MAX_REPLICAS",
@@ -47,6 +48,11 @@ API_VERSION = f"{GROUP}/{VERSION}"
 #: with the square of them in bytes for the frameworks whose every replica lists every address
 #: (TF_CONFIG, MX_CONFIG): without a bound one job can exhaust the operator for everyone.
 MAX_REPLICAS = 5000
+#: What the operator accepts unless told otherwise (--max-replicas-per-job): a job of 2,000
+#: replicas peaks the operator at ~260 MB (docs/benchmarks.md, "One large job beside small
+#: ones"), within the chart's 512 Mi; one of 5,000 would need an estimated 1 GiB while its
+#: pods are created (their environments grow with the square of the replicas).
+DEFAULT_MAX_REPLICAS_PER_JOB = 2000
 #: Longest duration, in seconds, a spec may ask for (100 years): beyond any training run, and
 #: far inside what a datetime holds (year 9999), so a deadline or a TTL never overflows.
 MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from trainjobs.api.models import (
-    MAX_REPLICAS,
+    DEFAULT_MAX_REPLICAS_PER_JOB,
     Job,
     JobSpec,
     JobStatus,
@@ -82,7 +82,7 @@ class ControllerSettings:
     create_parallelism: int = 16
     controller_config: dict[str, Any] = field(default_factory=dict)
     # Most replicas one job may have in all (--max-replicas-per-job); at most the CRDs' own.
-    max_replicas_per_job: int = MAX_REPLICAS
+    max_replicas_per_job: int = DEFAULT_MAX_REPLICAS_PER_JOB
     planner: PlannerSettings = field(default_factory=PlannerSettings)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainjobs.api.models import MAX_REPLICAS
+from trainjobs.api.models import DEFAULT_MAX_REPLICAS_PER_JOB, MAX_REPLICAS
 
 __all__ = ["add_operator_arguments"]
 
@@ -38,10 +38,11 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
                         "LISTs get at least 120)")
     p.add_argument("--status-coalesce", type=float, default=1.0, metavar="SECONDS",
                    help="write count-only status changes at most this often per job")
-    p.add_argument("--max-replicas-per-job", type=_replica_limit, default=MAX_REPLICAS,
-                   metavar="N",
-                   help=f"refuse (InvalidSpec) a job with more replicas in all (default and "
-                        f"most: {MAX_REPLICAS}, the CRDs' own limit)")
+    p.add_argument("--max-replicas-per-job", type=_replica_limit,
+                   default=DEFAULT_MAX_REPLICAS_PER_JOB, metavar="N",
+                   help=f"refuse (InvalidSpec) a job with more replicas in all (default "
+                        f"{DEFAULT_MAX_REPLICAS_PER_JOB}; at most {MAX_REPLICAS}, the CRDs' "
+                        "own limit)")
     p.add_argument("--ready-api-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="/readyz answers 503 once the API server has not answered for this "
                         "long (default 10; 0: never for that reason)")
