@@ -109,6 +109,18 @@ def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def state_change_line(job: Job, old: JobStatus, new: JobStatus, was: str | None = None) -> str:
+    """The info line logged once per state a job enters, as written to the API server:
+    `MxJob team-a/mnist: Failed (was Running): BackoffLimitExceeded: 7 restarts exceed ...`.
+    What `kubectl logs deployment/...` shows of the jobs, one line each change."""
+    cond = next((c for c in new.conditions if c.type.value == new.state and c.status == "True"),
+                None)
+    why = f": {cond.reason}: {cond.message}" if cond is not None else ""
+    summary = f" [{new.replica_summary}]" if new.replica_summary else ""
+    before = was or old.state or "new"
+    return f"{job.kind} {job.key}: {new.state} (was {before}){why}{summary}"
+
+
 class Expectations:
     """Pods and Services we created or deleted that the caches have not shown yet."""
 
@@ -165,6 +177,7 @@ class Controller:
         self._parsed: dict[str, _Parsed] = {}
         # When the first status change not yet written (one that may wait) was seen, per job.
         self._status_pending: dict[str, float] = {}
+        self._logged_state: dict[str, str] = {}  # key -> state logged, not yet in the cache
         # Per job: replica pods that went without our delete (name -> what they showed).
         self._gone: dict[str, dict[str, str]] = {}
         self.create_gate = CreateGate()
@@ -205,6 +218,7 @@ class Controller:
             self.jobs.pop(jkey, None)
             self._parsed.pop(jkey, None)
             self._status_pending.pop(jkey, None)
+            self._logged_state.pop(jkey, None)
             self._gone.pop(jkey, None)
             self.create_gate.clear(jkey)
             self.expectations.forget(jkey)
@@ -420,8 +434,20 @@ class Controller:
             return status
         return status.model_copy(update={"owned_objects": reports or None})
 
+    def _log_state_change(self, key: str, job: Job, new: JobStatus) -> None:
+        """One info line per state the job enters, when it is decided (a coalesced status
+        write may carry Created and Running together: both are logged). Only jobs whose
+        decided state is ahead of the cache are remembered, so nothing grows with the jobs."""
+        old = job.status
+        if new.state and new.state != self._logged_state.get(key, old.state):
+            log.info("%s", state_change_line(job, old, new, self._logged_state.get(key)))
+            self._logged_state[key] = new.state
+        if new.state == old.state:
+            self._logged_state.pop(key, None)
+
     async def _write_status(self, key: str, job: Job, new: JobStatus) -> None:
         old = job.status
+        self._log_state_change(key, job, new)
         if new == old:
             self._status_pending.pop(key, None)
             return
