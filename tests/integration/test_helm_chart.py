@@ -831,6 +831,11 @@ def test_install_creates_everything_and_helm_test_passes(
     notes = status["info"]["notes"]
     assert f"kubectl -n {ns} rollout status deployment/{full}" in notes, notes
     assert f"ConfigMap {full}-config" in notes and "all namespaces" in notes, notes
+    # Plainly: the default image is not published; how to build and push it; the example
+    # job's image is a placeholder; the log shows the jobs' state changes.
+    assert "no trainjobs operator image is published yet" in notes, notes
+    assert "make image" in notes and "skopeo copy oci-archive:dist/trainjobs-operator-" in notes
+    assert "placeholder" in notes and "one line per job state change" in notes, notes
     # The Deployment's pods were admitted under the "restricted" Pod Security Standard.
     deployment = get_json(kube_cluster, "deployment", full, "-n", ns)
     assert deployment["status"].get("readyReplicas") == 1
