@@ -81,9 +81,14 @@ def namespaces(gang_cluster: ControlPlane) -> Iterator[Callable[[], Namespace]]:
     try:
         yield make
     finally:
-        for ns in made:  # wait: the next test needs the slots these pods hold
-            ns.plane.kubectl("delete", "namespace", ns.name, "--wait=true", "--timeout=60s",
-                             check=False, timeout=90)
+        # The next test needs the slots these pods hold: delete what makes pods, then the
+        # pods themselves (KWOK removes them at once), waiting for that; the namespaces go
+        # without waiting (the namespace controller takes seconds per namespace).
+        for ns in made:
+            ns.kubectl("delete", "deployments,mxjobs,pods", "--all", "--grace-period=0",
+                       "--wait=true", "--timeout=60s", check=False, timeout=90)
+        for ns in made:
+            ns.plane.kubectl("delete", "namespace", ns.name, "--wait=false", check=False)
 
 
 @pytest.fixture
@@ -197,7 +202,7 @@ def test_a_job_that_does_not_fit_gets_no_pod_until_it_fits(
     assert group["spec"]["minResources"] == {"cpu": "6", "memory": str(6 * 2**30)}
     assert group["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
     wait_for(lambda: pods_of(gang, "mx") == 6, "6 pods created", timeout=30)
-    stays(lambda: bound(gang, "mx") == 0, 8,
+    stays(lambda: bound(gang, "mx") == 0, 5,
           lambda: f"a pod of the gang was bound: {gang.pod_summary('mx')}")
     waiting = wait_for(lambda: [o for o in owned_objects(gang, "mx")
                                 if o["kind"] == "PodGroup" and o["phase"] != "Running"],
@@ -226,15 +231,15 @@ def test_two_jobs_that_each_need_most_of_the_cluster_run_one_after_the_other(
         start_operator: Callable[..., None]) -> None:
     ns = namespaces()
     start_operator(ns, scheduler)
-    # Each needs 6 of the 8 slots; pods end (exit 0) 15 s after they start.
-    ns.create(mx_gang("a", exit_code=0, run="15s"))
-    ns.create(mx_gang("b", exit_code=0, run="15s"))
+    # Each needs 6 of the 8 slots; pods end (exit 0) 10 s after they start.
+    ns.create(mx_gang("a", exit_code=0, run="10s"))
+    ns.create(mx_gang("b", exit_code=0, run="10s"))
     first = wait_for(lambda: next((n for n in ("a", "b") if bound(ns, n) == 6), None),
                      lambda: f"one job bound whole: a {ns.pod_summary('a')}; "
                              f"b {ns.pod_summary('b')}", timeout=90)
     second = "b" if first == "a" else "a"
     # The other waits whole: none of its pods takes one of the 2 free slots.
-    stays(lambda: bound(ns, second) == 0 and pods_of(ns, second) == 6, 6,
+    stays(lambda: bound(ns, second) == 0 and pods_of(ns, second) == 6, 4,
           lambda: f"{second} must wait whole: {ns.pod_summary(second)}")
     ns.wait_condition("MxJob", first, "Succeeded", timeout=90)
     wait_for(lambda: bound(ns, second) == 6 or
@@ -292,7 +297,7 @@ def test_an_elastic_gang_is_never_placed_without_the_replicas_it_cannot_run_with
         return not types or (types.count("scheduler") == 1 and types.count("server") == 2
                              and types.count("worker") >= 1)
 
-    stays(lambda: useful(bound_types()), 10, lambda: f"a useless placement: {bound_types()}")
+    stays(lambda: useful(bound_types()), 6, lambda: f"a useless placement: {bound_types()}")
     others.kubectl("delete", "deployment", "blocker")
     wait_for(lambda: bound(ns, "mx") == 6, lambda: f"all 6 bound: {ns.pod_summary('mx')}",
              timeout=60)
