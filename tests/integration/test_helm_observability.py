@@ -267,7 +267,7 @@ def test_every_metric_named_exists_in_the_operators_metrics(
     # The dashboard shows what the issue asks for.
     for needed in ("trainjobs_jobs", "trainjobs_reconcile_duration_seconds",
                    "trainjobs_api_errors", "trainjobs_work_queue_depth",
-                   "trainjobs_reconciles"):
+                   "trainjobs_reconciles", "trainjobs_event_loop_lag_seconds"):
         assert needed in used, (needed, sorted(used))
 
 
