@@ -45,7 +45,7 @@ chaos:
 ## dist/trainjobs-operator-VERSION.oci.tar, then its proof (tests/image: unpacked and run in a
 ## chroot as UID 65532 against the test control plane). Push: docs/helm.md.
 image:
-	@venv=$$(scripts/dev-venv.sh); scripts/build-image.sh; \
+	@venv=$$(scripts/dev-venv.sh); export IMAGE_ARCHIVE=$$(scripts/build-image.sh | tail -n 1); \
 	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \
 	"$$venv/bin/pytest" tests/image --image -p no:cacheprovider $(PYTEST_ARGS)
 

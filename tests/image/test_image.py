@@ -42,6 +42,9 @@ def run(*argv: str, timeout: float = 900, **kw: object) -> subprocess.CompletedP
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The archive `make image` just built (IMAGE_ARCHIVE), else one built here."""
+    if os.environ.get("IMAGE_ARCHIVE"):
+        return Path(os.environ["IMAGE_ARCHIVE"])
     out = tmp_path_factory.mktemp("image") / "operator.oci.tar"
     result = run("bash", str(REPO / "scripts" / "build-image.sh"),
                  env={**os.environ, "IMAGE_OUT": str(out)})
