@@ -135,3 +135,34 @@ def test_unreachable_cluster_and_invalid_job(ns: Namespace, tmp_path: Path) -> N
     bad.write_text(yaml.safe_dump(job("MxJob", "x", {"Wrker": replica("MxJob")})))
     invalid = cli(ns, "submit", str(bad))
     assert invalid.returncode == 2 and "spec.replicaSpecs" in invalid.stderr, invalid
+
+
+def test_on_a_terminal_the_counts_are_redrawn_in_place(ns: Namespace, tmp_path: Path) -> None:
+    import pty
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainjobs.cli", "submit", str(write_job(tmp_path, "tty", 0)),
+         "--wait", "-n", ns.name, "--kubeconfig", str(ns.plane.kubeconfig)],
+        stdin=terminal, stdout=terminal, stderr=terminal, env={**_env(), "NO_COLOR": "1"})
+    os.close(terminal)
+    chunks = []
+    try:
+        while True:
+            try:
+                data = os.read(controller, 65536)
+            except OSError:  # the terminal closed: the command ended
+                break
+            if not data:
+                break
+            chunks.append(data)
+        code = proc.wait(timeout=60)
+    finally:
+        os.close(controller)
+        if proc.poll() is None:
+            proc.kill()
+    out = b"".join(chunks).decode(errors="replace")
+    assert code == 0, out
+    assert "\r\x1b[K" in out, out  # the counts line, cleared and redrawn
+    assert "[trainjobs] Worker 2/2 running" not in out  # never a line of its own here
+    assert "MxJob tty: Succeeded in" in out
