@@ -2,7 +2,7 @@
 integration tests, and the ``--chaos`` and ``--image`` switches. Plugins and options must be
 declared in the top-level conftest.
 
-The long chaos scenarios (tests/chaos, marker ``chaos``) take about 15 minutes: ``make test``
+The long chaos scenarios (tests/chaos, marker ``chaos``) took 28 minutes here: ``make test``
 (``pytest tests``) collects them and deselects them on purpose - the summary line says
 "N deselected" - while their small versions run; ``make chaos`` runs them with ``--chaos``.
 The operator image's proof (tests/image, marker ``image``: build, unpack, run in a chroot)
