@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,13 @@ import yaml
 from tests.e2e.conftest import REPO, TRAINJOBS, env_with
 
 pytestmark = pytest.mark.e2e
+
+
+# Every marker carries this run's token: other test runs on the same machine (several people
+# run these tests at once) tag their replicas the same way, and a scan of /proc must never
+# find, count or kill theirs.
+TOKEN = uuid.uuid4().hex[:12]
+MARKER = f"TRAINJOBS_TEST_REPLICA={TOKEN}-"
 
 
 def _pids_with(marker: str) -> list[int]:
@@ -50,7 +58,7 @@ def _kill_when(pattern: str, replica: str, sig: int = signal.SIGKILL) -> Any:
     def on_line(line: str, _proc: subprocess.Popen[str]) -> None:
         if killed or not re.search(pattern, line):
             return
-        for pid in _pids_with(f"TRAINJOBS_TEST_REPLICA={replica}"):
+        for pid in _pids_with(f"{MARKER}{replica}\0"):
             try:
                 os.killpg(os.getpgid(pid), sig)
                 killed.append(pid)
@@ -62,11 +70,12 @@ def _kill_when(pattern: str, replica: str, sig: int = signal.SIGKILL) -> Any:
 
 
 def _tag_replicas(doc: dict[str, Any]) -> None:
-    """Give each replica a findable variable: TRAINJOBS_TEST_REPLICA=<type>-$(index)."""
+    """Give each replica a findable variable: TRAINJOBS_TEST_REPLICA=<token>-<type>-$(index)."""
     for rtype, rspec in doc["spec"]["replicaSpecs"].items():
         for container in rspec["template"]["spec"]["containers"]:
             container.setdefault("env", []).append(
-                {"name": "TRAINJOBS_TEST_REPLICA", "value": f"{rtype}-$(TRAINJOBS_TEST_INDEX)"})
+                {"name": "TRAINJOBS_TEST_REPLICA",
+                 "value": f"{TOKEN}-{rtype}-$(TRAINJOBS_TEST_INDEX)"})
             container["env"].insert(0, {"name": "TRAINJOBS_TEST_INDEX", "valueFrom": {
                 "fieldRef": {"fieldPath": "metadata.labels['trainjobs.io/replica-index']"}}})
 
@@ -90,7 +99,7 @@ def test_killed_worker_fails_job_under_never(run_job: Any, mxnet_venv: Path,
     assert re.search(r"Failed in .* replica Worker 1 \(pod mxnet-dist-sync-worker-1\) failed "
                      r"with exit code 137", run.output), run.output[-3000:]
     assert "restartPolicy Never" in run.output
-    assert _pids_with("TRAINJOBS_TEST_REPLICA=") == []
+    assert _pids_with(MARKER) == []
 
 
 def _synthetic_job(tmp_path: Path, policy: str, program: str, backoff: int = 3) -> Path:
@@ -101,7 +110,7 @@ def _synthetic_job(tmp_path: Path, policy: str, program: str, backoff: int = 3) 
                 "template": {"spec": {"containers": [{
                     "name": "mxnet", "image": "unused", "command": command,
                     "env": [{"name": "TRAINJOBS_TEST_REPLICA",
-                             "value": "synthetic-$(DMLC_WORKER_ID)"}]}]}}}
+                             "value": f"{TOKEN}-synthetic-$(DMLC_WORKER_ID)"}]}]}}}
 
     job = {
         "apiVersion": "trainjobs.io/v1alpha1", "kind": "MxJob",
@@ -175,7 +184,7 @@ def test_sigterm_stops_every_replica(mxnet_venv: Path, tmp_path: Path) -> None:
         for line in proc.stdout:
             if "worker 2 step 3 " in line or time.monotonic() > deadline:
                 break
-        assert len(_pids_with("TRAINJOBS_TEST_REPLICA=")) >= 6
+        assert len(_pids_with(MARKER)) >= 6
         proc.send_signal(signal.SIGTERM)
         rest = proc.communicate(timeout=60)[0]
         proc.stdout.close()
@@ -183,7 +192,7 @@ def test_sigterm_stops_every_replica(mxnet_venv: Path, tmp_path: Path) -> None:
         job.unlink()
     assert proc.returncode == 130, rest[-2000:]
     assert "Interrupted" in rest
-    assert _pids_with("TRAINJOBS_TEST_REPLICA=") == [], "replica processes outlived the runner"
+    assert _pids_with(MARKER) == [], "replica processes outlived the runner"
 
 
 @pytest.mark.parametrize(("example", "policy"), [("redis.yaml", "ExitCode"),
@@ -223,4 +232,4 @@ def test_killed_gloo_shard_restarts_every_shard_into_a_fresh_rendezvous(
     shards = run.by_role("worker")
     assert sorted(s["index"] for s in shards) == list(range(shards[0]["num_shards"]))
     assert len({s["param_checksum"] for s in shards}) == 1
-    assert _pids_with("TRAINJOBS_TEST_REPLICA=") == []
+    assert _pids_with(MARKER) == []
