@@ -134,3 +134,25 @@ def test_kinds_whose_replicas_restart_alone_are_unchanged() -> None:
     assert decision.delete_pods == ["mx-worker-1"]
     assert w.status.attempt == 0
     assert all(p.phase is PodPhase.RUNNING for n, p in w.pods.items() if n != "mx-worker-1")
+
+
+def test_a_shard_whose_pod_disappears_restarts_all_as_lost() -> None:
+    """A preempted shard just vanishes (no Failed pod): its peers' Gloo group is broken too."""
+    w = running(c2_doc(workers=3, backoffLimit=0))
+    w.remove("c2-worker-1")
+    w.lost_causes["c2-worker-1"] = "PreemptionByScheduler: preempted"
+    decision = w.step()
+    assert sorted(decision.delete_pods) == ["c2-worker-0", "c2-worker-2"]
+    assert decision.create_pods == []
+    assert w.status.attempt == 1
+    assert [e.reason for e in decision.events] == ["ReplicaLost", "RestartingTogether"]
+    assert "PreemptionByScheduler" in decision.events[0].message
+    worker = w.status.replica_statuses["Worker"]
+    assert (worker.lost, worker.restarts) == (1, 0)
+    assert w.state == "Restarting"
+    created = w.step()  # the new attempt: every shard, and no second loss nor attempt
+    assert sorted(p["metadata"]["name"] for p in created.create_pods) == WORKERS
+    assert w.status.attempt == 1 and w.status.replica_statuses["Worker"].lost == 1
+    w.run()
+    w.step()
+    assert w.state == "Running"

@@ -373,6 +373,17 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
             state.attempt = current + 1
             state.ends_attempt = pod.name
             return
+    # A started shard whose pod went without a failure (preempted, evicted, deleted by
+    # someone else) breaks the group as surely: counted as lost, then a new attempt.
+    by_name = {p.name: p for p in pods}
+    for name, replica in desired.replicas.items():
+        seen = by_name.get(name)
+        if replica.index in state.started[replica.type] and (seen is None or seen.deleting):
+            cause = (seen.disruption if seen else "") or state.lost_causes.get(name) or \
+                "its pod disappeared (deleted, preempted or evicted by someone other than " \
+                "the operator)"
+            _lost(state, replica, name, cause)
+            state.attempt = current + 1
 
 
 def _stale(state: _State, pod: ObservedPod) -> bool:
