@@ -114,12 +114,14 @@ class World:
     # Planning -------------------------------------------------------------------------------
 
     def plan(self) -> Plan:
-        """What the planner decides on the current state (nothing is applied)."""
+        """What the planner decides on the current state (nothing is applied). The causes of
+        lost pods are handed over once, as the controller does."""
         job = self.job
+        lost_causes, self.lost_causes = self.lost_causes, {}
         return plan(job, self.desired, list(self.pods.values()), set(self.services),
                     set(self.extras),
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
-                    now=self.now, settings=self.settings, lost_causes=self.lost_causes,
+                    now=self.now, settings=self.settings, lost_causes=lost_causes,
                     restart_together=self.framework.replicas_restart_together)
 
     def apply(self, p: Plan) -> Plan:

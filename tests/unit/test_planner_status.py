@@ -258,3 +258,21 @@ def test_suspend_forgets_started_indexes() -> None:
     w.pods = {n: replace(p, phase=PodPhase.RUNNING) for n, p in w.pods.items()}
     w.step()
     assert_true_only(w, RUNNING)
+
+
+def test_a_loss_the_backend_saw_counts_before_the_status_recorded_the_start() -> None:
+    """The status write that records a start may be coalesced; a pod that the backend saw
+    running and then go without our delete is lost all the same, once."""
+    w = running_world(mx_doc(workers=2))
+    statuses = {k: s.model_copy(update={"started_indexes": ""})
+                for k, s in w.status.replica_statuses.items()}
+    w.job = w.job.model_copy(update={"status": w.status.model_copy(
+        update={"replica_statuses": statuses})})
+    w.remove("mx-worker-1")
+    w.lost_causes["mx-worker-1"] = "PreemptionByScheduler: preempted"
+    p = w.step()
+    assert [e.reason for e in p.events] == ["ReplicaLost"]
+    assert w.status.replica_statuses["Worker"].lost == 1
+    assert names_of(p.create_pods) == ["mx-worker-1"]
+    w.step()
+    assert w.status.replica_statuses["Worker"].lost == 1

@@ -107,6 +107,7 @@ class _State:
     completed: dict[str, set[int]] = field(default_factory=dict)
     lost: dict[str, int] = field(default_factory=dict)
     lost_causes: Mapping[str, str] = field(default_factory=dict)
+    lost_names: set[str] = field(default_factory=set)  # counted in this pass
     # Pods recreated because the replica counts changed (their environment lists every peer).
     rescaled: list[str] = field(default_factory=list)
     create_refused: str = ""
@@ -132,9 +133,10 @@ def plan(
     the names of the Services and extra objects (`Kind/name`) that exist; `succeeded` the
     kind's success rule; `restart_together` the kind's `Framework.replicas_restart_together`;
     `lost_causes` what the backend saw of pods that disappeared without the operator
-    deleting them (pod name -> cause, e.g. the DisruptionTarget reason), for the
-    ReplicaLost events. Whether a pod was lost is decided from the status alone (a started
-    index whose pod is gone), so it needs no memory across operator restarts.
+    deleting them after they had started (pod name -> cause, e.g. the DisruptionTarget
+    reason): lost, with that cause in the ReplicaLost event. Without it a loss is still seen
+    from the status alone (a started index whose pod is gone), so an operator restart
+    forgets none (the status may lag a pod's start by its write coalescing).
     `create_refused` says why the backend's creates for this job wait ("QuotaExceeded: ..."):
     the Created condition's reason and the pending replicas' pendingReason tell it.
     """
@@ -346,6 +348,7 @@ def _lost(state: _State, replica: Replica, pod_name: str, cause: str) -> None:
     """A replica that had started lost its pod to someone else: count it (not as a failure)
     and say so; its index no longer counts as started, so it is counted once."""
     state.started[replica.type].discard(replica.index)
+    state.lost_names.add(pod_name)
     state.lost[replica.type] = state.lost.get(replica.type, 0) + 1
     state.disrupted = True
     state.plan.events.append(Event(
@@ -378,7 +381,9 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
     by_name = {p.name: p for p in pods}
     for name, replica in desired.replicas.items():
         seen = by_name.get(name)
-        if replica.index in state.started[replica.type] and (seen is None or seen.deleting):
+        gone = seen is None and name in state.lost_causes
+        if gone or (replica.index in state.started[replica.type] and
+                    (seen is None or seen.deleting)):
             cause = (seen.disruption if seen else "") or state.lost_causes.get(name) or \
                 "its pod disappeared (deleted, preempted or evicted by someone other than " \
                 "the operator)"
@@ -417,7 +422,8 @@ def _outcome(
             return ReplicaOutcome(replica, ReplicaPhase.SUCCEEDED, 0)  # never run again
         body = manifest()
         name = body["metadata"]["name"]
-        if replica.index in started:
+        if replica.index in started or (name in state.lost_causes and
+                                        name not in state.lost_names):
             _lost(state, replica, name, state.lost_causes.get(name) or "its pod disappeared "
                   "(deleted, preempted or evicted by someone other than the operator)")
         state.plan.create_pods.append(body)
