@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainjobs.api.models import ConditionType, Job, JobStatus
-from trainjobs.core.observed import ObservedPod, PodPhase, attempt_of
+from trainjobs.core.observed import GonePod, ObservedPod, PodPhase, attempt_of
 from trainjobs.core.planner import EXCLUSIVE_CONDITIONS, Plan, PlannerSettings, plan
 from trainjobs.core.render import (
     ANNOTATION_REPLICAS,
@@ -101,7 +101,7 @@ class World:
     job_deleted: bool = False
     history: list[Plan] = field(default_factory=list)
     created: list[str] = field(default_factory=list)  # every pod name ever created, in order
-    lost_causes: dict[str, str] = field(default_factory=dict)  # what the backend saw go
+    lost_causes: dict[str, GonePod] = field(default_factory=dict)  # what the backend saw go
 
     def __post_init__(self) -> None:
         self.framework = framework_of(self.job.kind, self.plugins)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainjobs.api.models import ConditionType
-from trainjobs.core.observed import PodPhase, from_pod
+from trainjobs.core.observed import GonePod, PodPhase, from_pod
 
 from .planner_helpers import (
     World,
@@ -67,8 +67,8 @@ def test_a_started_replica_whose_pod_disappears_is_lost_once() -> None:
     w = running_world(mx_doc(workers=3, backoffLimit=0))
     assert w.status.replica_statuses["Worker"].started_indexes == "0-2"
     w.remove("mx-worker-1")  # kubectl delete pod, or the scheduler preempting it
-    w.lost_causes["mx-worker-1"] = "PreemptionByScheduler: Preempted in order to admit " \
-        "critical pod"
+    w.lost_causes["mx-worker-1"] = GonePod(
+        "gone-uid", "PreemptionByScheduler: Preempted in order to admit critical pod")
     p = w.step()
     assert names_of(p.create_pods) == ["mx-worker-1"]  # a replacement at once
     lost = [e for e in p.events if e.reason == "ReplicaLost"]
@@ -120,7 +120,11 @@ def test_a_pod_someone_else_deletes_is_lost_while_it_terminates() -> None:
         "evicting; recreating it (not counted as a failure)"]
     assert p.delete_pods == [] and p.create_pods == []  # it is going by itself
     assert_true_only(w, RESTARTING)
+    w.step()  # still terminating: not counted again
+    assert w.status.replica_statuses["Worker"].lost == 1
     w.gc()
+    # The backend saw it go without our delete: the same pod, already counted.
+    w.lost_causes["mx-worker-0"] = GonePod(pod.uid, "deleted by someone other than the operator")
     p = w.step()
     assert names_of(p.create_pods) == ["mx-worker-0"]
     assert not [e for e in p.events if e.reason == "ReplicaLost"]
@@ -269,7 +273,7 @@ def test_a_loss_the_backend_saw_counts_before_the_status_recorded_the_start() ->
     w.job = w.job.model_copy(update={"status": w.status.model_copy(
         update={"replica_statuses": statuses})})
     w.remove("mx-worker-1")
-    w.lost_causes["mx-worker-1"] = "PreemptionByScheduler: preempted"
+    w.lost_causes["mx-worker-1"] = GonePod("gone-uid", "PreemptionByScheduler: preempted")
     p = w.step()
     assert [e.reason for e in p.events] == ["ReplicaLost"]
     assert w.status.replica_statuses["Worker"].lost == 1

@@ -5,7 +5,7 @@ counted. Through the planner and the fake backend of planner_helpers."""
 from __future__ import annotations
 
 from trainjobs.api.models import ConditionType
-from trainjobs.core.observed import PodPhase
+from trainjobs.core.observed import GonePod, PodPhase
 
 from .helpers import env_values
 from .planner_helpers import World, c2_doc, mx_doc
@@ -140,7 +140,7 @@ def test_a_shard_whose_pod_disappears_restarts_all_as_lost() -> None:
     """A preempted shard just vanishes (no Failed pod): its peers' Gloo group is broken too."""
     w = running(c2_doc(workers=3, backoffLimit=0))
     w.remove("c2-worker-1")
-    w.lost_causes["c2-worker-1"] = "PreemptionByScheduler: preempted"
+    w.lost_causes["c2-worker-1"] = GonePod("gone-uid", "PreemptionByScheduler: preempted")
     decision = w.step()
     assert sorted(decision.delete_pods) == ["c2-worker-0", "c2-worker-2"]
     assert decision.create_pods == []

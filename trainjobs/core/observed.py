@@ -20,8 +20,8 @@ from trainjobs.core.render import (
     LABEL_REPLICA_TYPE,
 )
 
-__all__ = ["DISRUPTION_REASONS", "UNRUNNABLE_REASONS", "ObservedPod", "PodPhase", "attempt_of",
-           "from_pod"]
+__all__ = ["DISRUPTION_REASONS", "UNRUNNABLE_REASONS", "GonePod", "ObservedPod", "PodPhase",
+           "attempt_of", "from_pod"]
 
 # Long scheduler messages are cut: they end up in the job's status.
 MESSAGE_LIMIT = 300
@@ -84,6 +84,15 @@ class ObservedPod:
     def active(self) -> bool:
         return not self.deleting and self.phase in (PodPhase.PENDING, PodPhase.RUNNING,
                                                     PodPhase.UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class GonePod:
+    """A started pod that went without the operator deleting it, as the backend last saw
+    it: its uid (a loss already counted while it terminated is not counted again) and why."""
+
+    uid: str
+    cause: str
 
 
 def _parse_time(value: Any) -> datetime | None:

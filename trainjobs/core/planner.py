@@ -24,7 +24,7 @@ from trainjobs.api.models import (
     RestartPolicy,
 )
 from trainjobs.core.indexes import format_indexes, parse_indexes
-from trainjobs.core.observed import UNRUNNABLE_REASONS, ObservedPod, PodPhase
+from trainjobs.core.observed import UNRUNNABLE_REASONS, GonePod, ObservedPod, PodPhase
 from trainjobs.core.render import RenderedJob, replica_counts
 from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 
@@ -106,8 +106,9 @@ class _State:
     started: dict[str, set[int]] = field(default_factory=dict)
     completed: dict[str, set[int]] = field(default_factory=dict)
     lost: dict[str, int] = field(default_factory=dict)
-    lost_causes: Mapping[str, str] = field(default_factory=dict)
+    lost_causes: Mapping[str, GonePod] = field(default_factory=dict)
     lost_names: set[str] = field(default_factory=set)  # counted in this pass
+    lost_uids: set[str] = field(default_factory=set)
     # Pods recreated because the replica counts changed (their environment lists every peer).
     rescaled: list[str] = field(default_factory=list)
     create_refused: str = ""
@@ -123,7 +124,7 @@ def plan(
     now: datetime | None = None,
     settings: PlannerSettings = PlannerSettings(),
     restart_together: bool = False,
-    lost_causes: Mapping[str, str] | None = None,
+    lost_causes: Mapping[str, GonePod] | None = None,
     create_refused: str = "",
 ) -> Plan:
     """Decide the next actions and the status for `job`.
@@ -224,7 +225,7 @@ def plan(
         else:
             _requeue(state.plan, (ends - now).total_seconds())
 
-    state.status["countedFailures"] = sorted(new_counted)
+    state.status["countedFailures"] = sorted(new_counted | state.lost_uids)
     _replica_statuses(state, pods, outcomes, restarts, spec_types)
     done = state.failure is None and succeeded(outcomes)
     if state.failure is not None or done:
@@ -344,11 +345,13 @@ def _forget_indexes(state: _State) -> None:
         state.completed[key].clear()
 
 
-def _lost(state: _State, replica: Replica, pod_name: str, cause: str) -> None:
+def _lost(state: _State, replica: Replica, pod_name: str, cause: str, uid: str = "") -> None:
     """A replica that had started lost its pod to someone else: count it (not as a failure)
     and say so; its index no longer counts as started, so it is counted once."""
     state.started[replica.type].discard(replica.index)
     state.lost_names.add(pod_name)
+    if uid:
+        state.lost_uids.add(uid)  # kept in countedFailures while the pod is still seen
     state.lost[replica.type] = state.lost.get(replica.type, 0) + 1
     state.disrupted = True
     state.plan.events.append(Event(
@@ -379,15 +382,19 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
     # A started shard whose pod went without a failure (preempted, evicted, deleted by
     # someone else) breaks the group as surely: counted as lost, then a new attempt.
     by_name = {p.name: p for p in pods}
+    counted = set(state.job.status.counted_failures)
     for name, replica in desired.replicas.items():
         seen = by_name.get(name)
-        gone = seen is None and name in state.lost_causes
+        hint = state.lost_causes.get(name)
+        if seen is not None and seen.deleting and seen.uid in counted:
+            continue  # counted while it terminates
+        gone = seen is None and hint is not None and hint.uid not in counted
         if gone or (replica.index in state.started[replica.type] and
                     (seen is None or seen.deleting)):
-            cause = (seen.disruption if seen else "") or state.lost_causes.get(name) or \
+            cause = (seen.disruption if seen else "") or (hint.cause if hint else "") or \
                 "its pod disappeared (deleted, preempted or evicted by someone other than " \
                 "the operator)"
-            _lost(state, replica, name, cause)
+            _lost(state, replica, name, cause, seen.uid if seen else "")
             state.attempt = current + 1
 
 
@@ -422,16 +429,19 @@ def _outcome(
             return ReplicaOutcome(replica, ReplicaPhase.SUCCEEDED, 0)  # never run again
         body = manifest()
         name = body["metadata"]["name"]
-        if replica.index in started or (name in state.lost_causes and
+        hint = state.lost_causes.get(name)
+        if replica.index in started or (hint is not None and hint.uid not in counted and
                                         name not in state.lost_names):
-            _lost(state, replica, name, state.lost_causes.get(name) or "its pod disappeared "
+            _lost(state, replica, name, hint.cause if hint else "its pod disappeared "
                   "(deleted, preempted or evicted by someone other than the operator)")
         state.plan.create_pods.append(body)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING)
     if pod.deleting:
-        if replica.index in started and pod.name not in state.rescaled:
+        if pod.uid in counted:
+            new_counted.add(pod.uid)  # counted as lost while it terminates: once
+        elif replica.index in started and pod.name not in state.rescaled:
             _lost(state, replica, pod.name, pod.disruption or "its pod is being deleted by "
-                  "someone other than the operator")
+                  "someone other than the operator", pod.uid)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING)
     if pod.name in state.rescaled:
         return ReplicaOutcome(replica, ReplicaPhase.PENDING)

@@ -28,7 +28,7 @@ from trainjobs.api.models import (
     OwnedObjectStatus,
 )
 from trainjobs.core.indexes import parse_indexes
-from trainjobs.core.observed import ObservedPod, PodPhase
+from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
 from trainjobs.core.planner import Plan, PlannerSettings, plan
 from trainjobs.core.render import RenderedJob, Rendering
 from trainjobs.core.validation import ReplicaLimit, parse_job
@@ -179,7 +179,7 @@ class Controller:
         self._status_pending: dict[str, float] = {}
         self._logged_state: dict[str, str] = {}  # key -> state logged, not yet in the cache
         # Per job: replica pods that went without our delete (name -> what they showed).
-        self._gone: dict[str, dict[str, str]] = {}
+        self._gone: dict[str, dict[str, GonePod]] = {}
         self.create_gate = CreateGate()
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
@@ -264,7 +264,7 @@ class Controller:
         if current is None or current.uid != entry.owner_uid or entry.pod is None:
             return
         cause = entry.pod.disruption or "deleted by someone other than the operator"
-        self._gone.setdefault(job, {})[entry.name] = cause
+        self._gone.setdefault(job, {})[entry.name] = GonePod(entry.pod.uid, cause)
 
     # Running ----------------------------------------------------------------------------
 
