@@ -171,8 +171,8 @@ def test_elasticdl_demo(ns: Namespace, pool: Pool, elastic: bool) -> None:
     assert worker["pending"] == 3 and worker["active"] == 4, worker
     assert worker["pendingReason"].startswith("Unschedulable: "), worker
     assert status["replicaSummary"] == "Chief 1/1, PS 2/2, Worker 1/4", status
-    lost = _lost_events(ns, name)
-    assert len(lost) == lost_before, lost
+    lost = _lost_events(ns, name)  # read after the status: a later loss may be in already
+    assert len(lost) >= lost_before, lost
     assert all("PreemptionByScheduler" in m or "someone other than the operator" in m
                for m in lost), lost
     if elastic:
