@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainjobs.api.models import GROUP, MAX_REPLICAS, VERSION, JobStatus
+from trainjobs.api.models import GROUP, MAX_REPLICAS
 from trainjobs.api.podtemplate import crd_template_schema
 from trainjobs.core.validation import MAX_NAME_LENGTH
 from trainjobs.plugin.manager import PluginManager
@@ -208,34 +208,49 @@ def replica_specs_description(framework: Framework) -> str:
 
 def spec_schema(framework: Framework) -> dict[str, Any]:
     schema = structural(framework.spec_model.model_json_schema(by_alias=True))
-    replica_specs = schema["properties"]["replicaSpecs"]
+    field_name = framework.replica_specs_field
+    replica_specs = schema["properties"][field_name]
     replica = replica_specs["additionalProperties"]
     replica["properties"]["template"] = _template_schema()
     replica["properties"]["replicas"]["default"] = 1
     replica["properties"]["replicas"]["minimum"] = 0
-    replica["x-kubernetes-validations"] = [_template_restart_policy_rule(framework)]
+    replica["x-kubernetes-validations"] = _in_field(
+        [_template_restart_policy_rule(framework)], field_name)
     replica_specs["maxProperties"] = MAX_REPLICA_TYPES
     replica_specs["description"] = replica_specs_description(framework)
-    replica_specs["x-kubernetes-validations"] = _replica_rules(framework)
+    replica_specs["x-kubernetes-validations"] = _in_field(_replica_rules(framework), field_name)
+    if framework.group != GROUP:
+        # Another project's clients read runPolicy as always there (Kubeflow's defaulting
+        # webhook wrote it; its SDK refuses an MXJob without one): the API server fills it.
+        schema["properties"]["runPolicy"]["default"] = {}
     schema["description"] = framework.description
     return schema
 
 
+def _in_field(rules: list[dict[str, str]], field_name: str) -> list[dict[str, str]]:
+    """The core's rules in the terms of a kind whose replica specs field has another name
+    (Kubeflow's `tfReplicaSpecs`): the same rules over that field, the messages naming it."""
+    if field_name == "replicaSpecs":
+        return rules
+    return [{k: v.replace("replicaSpecs", field_name) for k, v in rule.items()}
+            for rule in rules]
+
+
 def crd_for(framework: Framework) -> dict[str, Any]:
-    status = structural(JobStatus.model_json_schema(by_alias=True))
+    status = structural(framework.status_model.model_json_schema(by_alias=True))
     status.pop("required", None)
     kind_lower = framework.kind.lower()
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{framework.plural}.{GROUP}",
+            "name": f"{framework.plural}.{framework.group}",
             "labels": {"app.kubernetes.io/part-of": "trainjobs",
                        "trainjobs.io/framework": framework.name},
             "annotations": {"trainjobs.io/plugin-package": framework.package},
         },
         "spec": {
-            "group": GROUP,
+            "group": framework.group,
             "scope": "Namespaced",
             "names": {
                 "kind": framework.kind,
@@ -246,7 +261,7 @@ def crd_for(framework: Framework) -> dict[str, Any]:
                 "categories": [CATEGORY],
             },
             "versions": [{
-                "name": VERSION,
+                "name": framework.version,
                 "served": True,
                 "storage": True,
                 "subresources": {"status": {}},
@@ -266,7 +281,8 @@ def crd_for(framework: Framework) -> dict[str, Any]:
                         "spec": spec_schema(framework),
                         "status": status,
                     },
-                    "x-kubernetes-validations": _root_rules() + [
+                    "x-kubernetes-validations": _in_field(
+                        _root_rules(), framework.replica_specs_field) + [
                         {"rule": r.rule, "message": r.message} for r in framework.cel_rules],
                 }},
             }],
@@ -275,7 +291,7 @@ def crd_for(framework: Framework) -> dict[str, Any]:
 
 
 def crd_file_name(framework: Framework) -> str:
-    return f"{GROUP}_{framework.plural}.yaml"
+    return f"{framework.group}_{framework.plural}.yaml"
 
 
 def render_crd_yaml(framework: Framework) -> str:

@@ -32,6 +32,7 @@ from trainjobs.plugin.manager import (
     DISABLE_AUTOLOAD_ENV,
     DISABLE_PLUGINS_ENV,
     ENTRY_POINT_GROUP,
+    OPT_IN_PLUGINS,
     LoadedPlugin,
     PluginManager,
     load_plugins,
@@ -175,7 +176,8 @@ def test_builtins_load_through_the_entry_point_group() -> None:
 
     declared = {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
                 if ep.dist is not None and ep.dist.name == "trainjobs"}
-    assert declared == set(builtins)
+    assert declared == set(builtins) | OPT_IN_PLUGINS  # those load only when enabled
+    assert not OPT_IN_PLUGINS & set(builtins)
     assert set(manager.frameworks) >= {"MxJob", "TfJob", "Caffe2Job"}
     for kind in ("MxJob", "TfJob", "Caffe2Job"):
         framework = manager.framework_for(kind)
@@ -488,6 +490,13 @@ class Recorder:
             return None
         return ObjectStatus("Thing", obj["metadata"]["name"], obj["status"]["phase"])
 
+    @hookspecs.hookimpl
+    def trainjobs_adjust_status(self, job: Job, framework: Framework,
+                                status: dict[str, Any]) -> None:
+        self._record("trainjobs_adjust_status", job=job, framework=framework,
+                     status=dict(status))
+        status["example"] = "seen"
+
 
 def info(name: str) -> LoadedPlugin:
     return LoadedPlugin(name=name, module=__name__, package="tests", version="0")
@@ -513,6 +522,9 @@ def test_every_hook_is_called_through_the_manager() -> None:
     thing = {"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"},
              "status": {"phase": "Waiting"}}
     assert manager.object_status(job, thing) == ObjectStatus("Thing", "t", "Waiting")
+    status = {"state": "Running"}
+    manager.adjust_status(job, framework, status)
+    assert status == {"state": "Running", "example": "seen"}
     register_calls = Recorder()
     load_plugins(extra=[(register_calls, info("again"))])
 
@@ -530,6 +542,8 @@ def test_every_hook_is_called_through_the_manager() -> None:
         {"job": job, "framework": framework, "outcomes": outcomes}]
     assert calls["trainjobs_owned_resources"] == [{"controller_config": config}]
     assert calls["trainjobs_object_status"] == [{"job": job, "obj": thing}]
+    assert calls["trainjobs_adjust_status"] == [
+        {"job": job, "framework": framework, "status": {"state": "Running"}}]
 
 
 def test_adjust_pod_runs_in_registration_order() -> None:

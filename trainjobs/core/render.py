@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainjobs.api.models import API_VERSION, Job, RestartPolicy
+from trainjobs.api.models import Job, RestartPolicy
 from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Address, ClusterLayout, Framework, RenderContext, Replica
@@ -126,7 +126,7 @@ def kubernetes_layout(job: Job, framework: Framework) -> ClusterLayout:
 
 def owner_reference(job: Job) -> dict[str, Any]:
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": job.api_version,
         "kind": job.kind,
         "name": job.name,
         "uid": job.metadata.uid or PLACEHOLDER_UID,

@@ -15,7 +15,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainjobs.api.models import (
-    API_VERSION,
     GROUP,
     MAX_REPLICAS,
     Job,
@@ -137,10 +136,10 @@ def parse_job(doc: Any, plugins: PluginManager, source: str = "",
         raise SpecInvalid([SpecError("kind", message)], source)
     errors: list[SpecError] = [unknown_field(key, key, TOP_LEVEL_FIELDS)
                                for key in sorted(map(str, doc)) if key not in TOP_LEVEL_FIELDS]
-    if doc.get("apiVersion") != API_VERSION:
+    if doc.get("apiVersion") != framework.api_version:
         hint = (f" ({kubeflow_hint(framework.kind)})"
                 if str(doc.get("apiVersion")).startswith("kubeflow.org/") else "")
-        errors.append(SpecError("apiVersion", f"must be {API_VERSION}, got "
+        errors.append(SpecError("apiVersion", f"must be {framework.api_version}, got "
                                               f"{doc.get('apiVersion')!r}{hint}"))
     meta = _parse_metadata(doc.get("metadata"), errors)
     spec = _parse_spec(doc.get("spec"), framework, errors)
@@ -148,12 +147,22 @@ def parse_job(doc: Any, plugins: PluginManager, source: str = "",
         # Still check what can be checked, so that every problem is reported in one pass.
         errors = _check_raw_replicas(doc.get("spec"), framework, errors)
     if meta is None or spec is None:
-        raise SpecInvalid(errors, source)
-    job = Job(kind=framework.kind, metadata=meta, spec=spec)
+        raise SpecInvalid(_in_kind_terms(errors, framework), source)
+    job = Job(apiVersion=framework.api_version, kind=framework.kind, metadata=meta, spec=spec)
     errors += check_job(job, framework, plugins, limit)
     if errors:
-        raise SpecInvalid(errors, source)
+        raise SpecInvalid(_in_kind_terms(errors, framework), source)
     return job
+
+
+def _in_kind_terms(errors: list[SpecError], framework: Framework) -> list[SpecError]:
+    """Paths as the kind writes them: the core says spec.replicaSpecs, a kind whose spec model
+    names the field otherwise (Kubeflow's tfReplicaSpecs) gets its own name."""
+    field_name = framework.replica_specs_field
+    if field_name == "replicaSpecs":
+        return errors
+    return [SpecError(e.path.replace("spec.replicaSpecs", f"spec.{field_name}", 1),
+                      e.message.replace("replicaSpecs", field_name)) for e in errors]
 
 
 def check_job(job: Job, framework: Framework, plugins: PluginManager,
@@ -293,7 +302,7 @@ def _check_raw_replicas(raw: Any, framework: Framework,
                         errors: list[SpecError]) -> list[SpecError]:
     """`errors` and the replica types' and pod templates' problems of a spec its model
     refused (for one-pass reports)."""
-    specs = raw.get("replicaSpecs") if isinstance(raw, dict) else None
+    specs = raw.get(framework.replica_specs_field) if isinstance(raw, dict) else None
     if not isinstance(specs, dict):
         return errors
     if "template" in specs and framework.replica_type("template") is None:

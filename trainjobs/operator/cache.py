@@ -57,13 +57,18 @@ def reduce_job(obj: dict[str, Any]) -> JobEntry:
     })
 
 
-def owner_of(obj: dict[str, Any]) -> tuple[str, str] | None:
-    """(job key, job uid) of the trainjobs job controlling `obj`, if any."""
+JOB_GROUPS = frozenset({GROUP})
+
+
+def owner_of(obj: dict[str, Any], groups: frozenset[str] = JOB_GROUPS
+             ) -> tuple[str, str] | None:
+    """(job key, job uid) of the job controlling `obj`, if any: a job of one of `groups` (the
+    groups of the installed kinds; a compatibility plugin serves kubeflow.org's)."""
     meta = obj.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
         if not isinstance(ref, dict):
             continue
-        if ref.get("controller") and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
+        if ref.get("controller") and str(ref.get("apiVersion", "")).split("/")[0] in groups:
             kind, name, uid = ref.get("kind"), ref.get("name"), ref.get("uid")
             if kind and name and uid:
                 return job_key(str(kind), str(meta.get("namespace", "")), str(name)), str(uid)
@@ -87,10 +92,11 @@ class OwnedEntry:
 
 def reduce_owned(obj: dict[str, Any], kind: str,
                  container_by_framework: dict[str, str], *,
-                 keep: bool = False) -> OwnedEntry | None:
+                 keep: bool = False, groups: frozenset[str] = JOB_GROUPS
+                 ) -> OwnedEntry | None:
     """The cached entry of an owned object; `keep` keeps its spec and status (a watched
     plugin kind, e.g. a PodGroup: small, and its status is reported on the job)."""
-    owner = owner_of(obj)
+    owner = owner_of(obj, groups)
     if owner is None:
         return None
     meta = obj.get("metadata") or {}

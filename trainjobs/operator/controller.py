@@ -36,6 +36,7 @@ from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
 from trainjobs.operator import metrics
 from trainjobs.operator.backoff import CreateGate
 from trainjobs.operator.cache import (
+    JOB_GROUPS,
     JobEntry,
     OwnedEntry,
     OwnerIndex,
@@ -183,6 +184,7 @@ class Controller:
         self.create_gate = CreateGate()
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
+        self._groups = frozenset(f.group for f in plugins.frameworks.values()) or JOB_GROUPS
         # Kinds of extra objects plugins want watched (a gang scheduler's PodGroup).
         declared = plugins.owned_resources(settings.controller_config)
         self.watched = [Resource.of(r.api_version, r.kind, r.plural) for r in declared]
@@ -194,7 +196,8 @@ class Controller:
         for ns in namespaces:
             for fw in plugins.frameworks.values():
                 self.informers.append(Informer(
-                    kube, job_resource(fw.kind, fw.plural), ns, reduce_job, self._on_job))
+                    kube, job_resource(fw.kind, fw.plural, fw.group, fw.version), ns,
+                    reduce_job, self._on_job))
             for res in (PODS, SERVICES, *self.watched):
                 self.informers.append(Informer(
                     kube, res, ns, self._owned_transform(res), self._on_owned,
@@ -202,7 +205,8 @@ class Controller:
 
     def _owned_transform(self, res: Resource) -> Any:
         keep = res in self.watched
-        return lambda obj: reduce_owned(obj, res.kind, self._containers, keep=keep)
+        return lambda obj: reduce_owned(obj, res.kind, self._containers, keep=keep,
+                                        groups=self._groups)
 
     # Cache events -----------------------------------------------------------------------
 
@@ -466,6 +470,7 @@ class Controller:
             self.queue.add_after(key, wait)
             return
         body = new.to_api()
+        self.plugins.adjust_status(job, self._framework(job.kind), body)
         # A merge patch replaces what we send; fields we dropped must be sent as null.
         for field_name in old.to_api():
             body.setdefault(field_name, None)
@@ -624,7 +629,8 @@ class Controller:
             return
         message = "; ".join(str(e) for e in error.errors) if error else "invalid job"
         meta = entry.raw["metadata"]
-        job = Job(kind=entry.kind, metadata=ObjectMeta.model_validate(meta),
+        job = Job(apiVersion=str(entry.raw.get("apiVersion") or ""), kind=entry.kind,
+                  metadata=ObjectMeta.model_validate(meta),
                   spec=JobSpec.model_construct(replica_specs={}), status=status)
         await self._fail(key, job, "InvalidSpec", message)
 
@@ -638,7 +644,8 @@ class Controller:
 
     def _resource(self, kind: str) -> Resource:
         framework = self._framework(kind)
-        return job_resource(framework.kind, framework.plural)
+        return job_resource(framework.kind, framework.plural, framework.group,
+                            framework.version)
 
 
 def _replicas_forgotten(old: JobStatus, new: JobStatus) -> bool:

@@ -10,7 +10,7 @@ import logging
 import os
 from datetime import UTC, datetime
 
-from trainjobs.api.models import API_VERSION, Job
+from trainjobs.api.models import Job
 from trainjobs.operator.kube import EVENTS, ApiError, Kube
 
 __all__ = ["COMPONENT", "EventRecorder"]
@@ -29,7 +29,7 @@ class EventRecorder:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": f"{job.name}.{os.urandom(8).hex()}", "namespace": job.namespace},
-            "involvedObject": {"apiVersion": API_VERSION, "kind": job.kind, "name": job.name,
+            "involvedObject": {"apiVersion": job.api_version, "kind": job.kind, "name": job.name,
                                "namespace": job.namespace, "uid": job.metadata.uid},
             "type": type_,
             "reason": reason,

@@ -85,8 +85,10 @@ BY_KIND = {r.kind: r for r in (PODS, SERVICES, EVENTS, DEPLOYMENTS, LEASES)}
 BY_API_KIND = {(r.api_version, r.kind): r for r in BY_KIND.values()}
 
 
-def job_resource(kind: str, plural: str) -> Resource:
-    return Resource(kind, plural, GROUP, VERSION)
+def job_resource(kind: str, plural: str, group: str = GROUP, version: str = VERSION) -> Resource:
+    """A job kind's resource: trainjobs.io/v1alpha1 unless its framework names another group
+    (`Framework.group`/`version`, plugin API 1.5)."""
+    return Resource(kind, plural, group, version)
 
 
 async def connect(kubeconfig: str | None) -> client.ApiClient:

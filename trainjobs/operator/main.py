@@ -69,14 +69,16 @@ def run_operator(args: argparse.Namespace) -> int:
                           args.lease_duration, args.renew_deadline, args.retry_period)
     return asyncio.run(_run(args.kubeconfig, settings, host or "0.0.0.0", int(port),
                             lease if args.leader_elect else None, args.request_timeout,
-                            args.gc_thaw_interval, ready_api_timeout=args.ready_api_timeout))
+                            args.gc_thaw_interval, ready_api_timeout=args.ready_api_timeout,
+                            enable_plugins=args.enable_plugins))
 
 
 async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, port: int,
                lease: LeaseSettings | None, request_timeout: float,
-               gc_thaw_interval: float, *, ready_api_timeout: float) -> int:
+               gc_thaw_interval: float, *, ready_api_timeout: float,
+               enable_plugins: tuple[str, ...] = ()) -> int:
     install_gc_metrics()
-    plugins = load_plugins()
+    plugins = load_plugins(enable=enable_plugins)
     install_gc_freeze(gc_thaw_interval)  # after the imports and plugins it would walk
     api = await connect(kubeconfig)
     kube = Kube(api, request_timeout=request_timeout)

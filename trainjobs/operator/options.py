@@ -14,6 +14,10 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube)")
     p.add_argument("--namespace", action="append", default=[], metavar="NS",
                    help="watch only this namespace (repeatable; default: all namespaces)")
+    p.add_argument("--enable-plugins", type=_names, default=(), metavar="NAME,...",
+                   help="load these plugins that are off unless enabled: kubeflow (serves "
+                        "kubeflow.org/v1 TFJob and MXJob; never beside Kubeflow's "
+                        "training-operator). Also TRAINJOBS_ENABLE_PLUGINS")
     p.add_argument("--concurrency", type=int, default=16,
                    help="jobs reconciled in parallel (default 16)")
     p.add_argument("--controller-config-file", metavar="FILE",
@@ -50,6 +54,10 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
                    help="the garbage collector's full walks skip what survived the last one, "
                         "except one walk of everything per interval (default 3600; 0: "
                         "CPython's collector as it is)")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
 def _replica_limit(text: str) -> int:

@@ -7,7 +7,7 @@ deliberate decision recorded in docs/plugins.md, whenever this surface does (the
 pins the surface in a snapshot).
 """
 
-from trainjobs.api.models import Job, JobSpec, ReplicaSpec, SpecModel
+from trainjobs.api.models import Condition, Job, JobSpec, JobStatus, ReplicaSpec, SpecModel
 from trainjobs.errors import PluginError, SpecError
 from trainjobs.plugin.base import FrameworkPlugin
 from trainjobs.plugin.hookspecs import hookimpl
@@ -26,17 +26,19 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.7"
+PLUGIN_API_VERSION = "1.8"
 
 __all__ = [
     "PLUGIN_API_VERSION",
     "Address",
     "CelRule",
     "ClusterLayout",
+    "Condition",
     "Framework",
     "FrameworkPlugin",
     "Job",
     "JobSpec",
+    "JobStatus",
     "ObjectStatus",
     "OwnedResource",
     "PluginError",

@@ -14,6 +14,8 @@ Hooks run in this fixed order (the order of this module; docs/plugins.md has the
    watch (since 1.3).
 8. `trainjobs_object_status` — on every reconcile, for each watched extra object: what it
    reports, for the job's status (since 1.3).
+9. `trainjobs_adjust_status` — whenever the operator writes a job's status: fields another
+   project's clients read (since 1.8).
 
 Steps 3-5 are one rendering of the job. Validation renders it too, with placeholder
 Kubernetes addresses, so environment collisions are refused before anything runs.
@@ -148,5 +150,19 @@ def trainjobs_object_status(job: Job, obj: dict[str, Any]) -> ObjectStatus | Non
     metadata, spec, status), reports now, for the job's `status.ownedObjects`. Since 1.3.
 
     Return None for objects you did not create. Data only, like every hook.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def trainjobs_adjust_status(job: Job, framework: Framework, status: dict[str, Any]) -> None:
+    """Edit, in place, the status document the operator is about to write for `job`. Since
+    plugin API 1.8.
+
+    `status` is the core's status as the API writes it (state, conditions, replicaStatuses,
+    startTime, completionTime, ...). A compatibility plugin adds what another project's
+    clients read (Kubeflow's `lastReconcileTime`); declare those fields in
+    `Framework.status_model` so that the CRD keeps them. Leave the core's fields as they are:
+    the operator reads them back. Return None for kinds you do not handle (do nothing).
     """
     raise NotImplementedError

@@ -37,6 +37,11 @@ ENTRY_POINT_GROUP = "trainjobs"
 BUILTIN_DISTRIBUTION = "trainjobs"
 DISABLE_AUTOLOAD_ENV = "TRAINJOBS_DISABLE_PLUGIN_AUTOLOAD"
 DISABLE_PLUGINS_ENV = "TRAINJOBS_DISABLE_PLUGINS"
+ENABLE_PLUGINS_ENV = "TRAINJOBS_ENABLE_PLUGINS"
+# Built-in plugins that load only when named in TRAINJOBS_ENABLE_PLUGINS (or the operator's
+# --enable-plugins): the Kubeflow compatibility kinds take over kubeflow.org's TFJob and
+# MXJob, which must not happen on a cluster that runs Kubeflow's training-operator.
+OPT_IN_PLUGINS = frozenset({"kubeflow"})
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,11 @@ class PluginManager:
 
     def _add_framework(self, framework: Framework, info: LoadedPlugin) -> None:
         for other in self._frameworks.values():
-            clash = {framework.kind, framework.plural, *framework.short_names} & {
-                other.kind, other.plural, *other.short_names}
+            # Kinds are unique everywhere (jobs are keyed by kind); plural and short names
+            # within one API group (Kubeflow's tfjobs beside trainjobs.io's tfjobs is fine).
+            names = {framework.plural, *framework.short_names} & {
+                other.plural, *other.short_names} if framework.group == other.group else set()
+            clash = ({framework.kind} & {other.kind}) | names
             if clash:
                 raise PluginError(
                     f"plugin {info.name!r} from {info.package} declares {framework.kind}, "
@@ -146,6 +154,10 @@ class PluginManager:
                 found.setdefault((res.api_version, res.kind), res)
         return list(found.values())
 
+    def adjust_status(self, job: Job, framework: Framework, status: dict[str, Any]) -> None:
+        for impl in self._pm.hook.trainjobs_adjust_status.get_hookimpls():
+            impl.function(job=job, framework=framework, status=status)
+
     def object_status(self, job: Job, obj: dict[str, Any]) -> ObjectStatus | None:
         status: ObjectStatus | None = self._pm.hook.trainjobs_object_status(job=job, obj=obj)
         return status
@@ -163,15 +175,28 @@ def _blocked_names() -> set[str]:
     return {name.strip() for name in raw.split(",") if name.strip()}
 
 
-def load_plugins(extra: Iterable[tuple[object, LoadedPlugin]] = ()) -> PluginManager:
+def enabled_names(enable: Iterable[str] = ()) -> set[str]:
+    """The opt-in plugins to load: `enable` and those named in TRAINJOBS_ENABLE_PLUGINS."""
+    raw = os.environ.get(ENABLE_PLUGINS_ENV, "")
+    return {name.strip() for name in (*raw.split(","), *enable) if name.strip()}
+
+
+def load_plugins(extra: Iterable[tuple[object, LoadedPlugin]] = (),
+                 enable: Iterable[str] = ()) -> PluginManager:
     """Load every plugin of the entry-point group (minus blocked ones), then `extra` ones.
 
     Built-in plugins (those of the trainjobs distribution) load first, in a fixed order, so
-    rendering is deterministic whatever else is installed.
+    rendering is deterministic whatever else is installed. The opt-in ones (`OPT_IN_PLUGINS`)
+    load only when named in `enable` or TRAINJOBS_ENABLE_PLUGINS.
     """
     manager = PluginManager()
     autoload = os.environ.get(DISABLE_AUTOLOAD_ENV, "") not in ("1", "true", "yes")
     blocked = _blocked_names()
+    opted_in = enabled_names(enable)
+    unknown = opted_in - OPT_IN_PLUGINS
+    if unknown:
+        raise PluginError(f"cannot enable {', '.join(sorted(unknown))}: the plugins that load "
+                          f"only when enabled are {', '.join(sorted(OPT_IN_PLUGINS))}")
     found = sorted(
         _entry_points(),
         key=lambda ep: (_dist_name(ep) != BUILTIN_DISTRIBUTION, _dist_name(ep), ep.name),
@@ -182,6 +207,9 @@ def load_plugins(extra: Iterable[tuple[object, LoadedPlugin]] = ()) -> PluginMan
         if ep.name in blocked or ep.name in seen:
             continue
         if package != BUILTIN_DISTRIBUTION and not autoload:
+            continue
+        if package == BUILTIN_DISTRIBUTION and ep.name in OPT_IN_PLUGINS and \
+                ep.name not in opted_in:
             continue
         seen.add(ep.name)
         try:

@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, Literal, TypeVar
 
-from trainjobs.api.models import JobSpec
+from trainjobs.api.models import GROUP, VERSION, JobSpec, JobStatus
 
 V = TypeVar("V")
 
@@ -92,6 +92,24 @@ class Framework:
     # replica, as a new attempt (`status.attempt`) whose environment may differ (Caffe2's
     # RUN_ID). Pods then run with restartPolicy Never; OnFailure/Always mean: recreate them.
     replicas_restart_together: bool = False
+    # Since plugin API 1.8: the kind's API group and version, for a kind served in another
+    # project's group (a compatibility plugin: Kubeflow's kubeflow.org/v1 TFJob).
+    group: str = GROUP
+    version: str = VERSION
+    # Since 1.8: the model of the kind's `status`, for its CRD schema: a JobStatus subclass
+    # with the fields `trainjobs_adjust_status` adds (the API server prunes any others).
+    status_model: type[JobStatus] = JobStatus
+
+    @property
+    def api_version(self) -> str:
+        """`group/version`, as the kind's objects write it."""
+        return f"{self.group}/{self.version}"
+
+    @property
+    def replica_specs_field(self) -> str:
+        """The spec field that holds the replica specs: `replicaSpecs`, unless the spec model
+        names it otherwise (an alias of `replica_specs`, e.g. Kubeflow's `tfReplicaSpecs`)."""
+        return self.spec_model.model_fields["replica_specs"].alias or "replicaSpecs"
 
     @property
     def port_name(self) -> str:

@@ -1,0 +1,191 @@
+"""Kubeflow's own kinds, served as they are: `kubeflow.org/v1` TFJob and MXJob.
+
+Off unless enabled (`TRAINJOBS_ENABLE_PLUGINS=kubeflow`, the operator's `--enable-plugins
+kubeflow`, the chart's `kubeflow.enabled`): these kinds are Kubeflow training-operator's, and
+two operators must never reconcile the same objects. Enabled, manifests written for Kubeflow
+and the Kubeflow Python SDK (`TrainingClient`) work unchanged: `tfReplicaSpecs` /
+`mxReplicaSpecs`, `runPolicy`, Kubeflow's replica types, container names (`tensorflow`,
+`mxnet`) and port names (`tfjob-port` 2222, `mxjob-port` 9091), its status (conditions,
+`replicaStatuses` with active/succeeded/failed, `startTime`, `completionTime`,
+`lastReconcileTime`) and the `training.kubeflow.org/*` pod labels dashboards and the SDK select
+on. Underneath run trainjobs' semantics: the environment contract of TfJob and MxJob, restarts
+counted once, one true state, trainjobs' defaults (docs/migrating.md says where they differ).
+
+Written against the public plugin API only, as a third party would write it: the replica
+field's name comes from the spec model (an alias of `replica_specs`), the group and version
+from `Framework.group`/`version`, the status fields from `Framework.status_model` and
+`trainjobs_adjust_status`, the labels from `trainjobs_adjust_pod`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import Field
+from trainjobs_mxnet import MxNetPlugin
+from trainjobs_tensorflow import TensorFlowPlugin, master_replica
+
+from trainjobs.plugin import (
+    Condition,
+    Framework,
+    FrameworkPlugin,
+    Job,
+    JobSpec,
+    JobStatus,
+    RenderContext,
+    Replica,
+    ReplicaEnv,
+    ReplicaOutcome,
+    ReplicaSpec,
+    ReplicaType,
+    SpecError,
+    hookimpl,
+)
+
+__all__ = ["GROUP", "KUBEFLOW_LABELS", "MXJOB", "TFJOB", "KubeflowJobStatus", "MXJobSpec",
+           "TFJobSpec", "plugin"]
+
+GROUP = "kubeflow.org"
+VERSION = "v1"
+LABEL_PREFIX = "training.kubeflow.org/"
+KUBEFLOW_LABELS = tuple(f"{LABEL_PREFIX}{n}" for n in (
+    "job-name", "replica-type", "replica-index", "job-role", "operator-name"))
+
+
+class TFJobSpec(JobSpec):
+    """Kubeflow's TFJobSpec (kubeflow.org/v1)."""
+
+    replica_specs: dict[str, ReplicaSpec] = Field(
+        alias="tfReplicaSpecs",
+        description="Replica specs keyed by replica type: Chief (or Master), Worker, PS, "
+                    "Evaluator.")
+    success_policy: Literal["", "AllWorkers"] = Field(
+        default="", description='"" (the Chief, else Worker 0 decides) or AllWorkers.')
+    enable_dynamic_worker: bool = Field(
+        default=False, description="Accepted for compatibility; trainjobs puts every worker in "
+                                   "TF_CONFIG from the start.")
+
+
+class MXJobSpec(JobSpec):
+    """Kubeflow's MXJobSpec (kubeflow.org/v1)."""
+
+    replica_specs: dict[str, ReplicaSpec] = Field(
+        alias="mxReplicaSpecs",
+        description="Replica specs keyed by replica type: Scheduler, Server, Worker.")
+    job_mode: Literal["MXTrain", "MXTune"] = Field(
+        default="MXTrain", description="MXTrain; MXTune (auto-tuning) is refused.")
+
+
+class KubeflowCondition(Condition):
+    last_update_time: datetime | None = None
+
+
+class KubeflowJobStatus(JobStatus):
+    """trainjobs' status plus what Kubeflow's clients read besides (the CRD keeps them)."""
+
+    conditions: list[KubeflowCondition] = Field(default_factory=list)  # type: ignore[assignment]
+    last_reconcile_time: datetime | None = None
+
+
+TFJOB = Framework(
+    kind="TFJob", plural="tfjobs", short_names=(), name="tensorflow",
+    replica_types=(
+        ReplicaType("Chief", 0, 1, aliases=("Master",), description="Chief (or Master)."),
+        ReplicaType("Worker", 0, None, description="Workers."),
+        ReplicaType("PS", 0, None, description="Parameter servers."),
+        ReplicaType("Evaluator", 0, 1, description="At most one evaluator."),
+    ),
+    container_name="tensorflow", default_port=2222, spec_model=TFJobSpec,
+    description="Kubeflow's TFJob (kubeflow.org/v1), reconciled by trainjobs.",
+    group=GROUP, version=VERSION, status_model=KubeflowJobStatus,
+)
+MXJOB = Framework(
+    kind="MXJob", plural="mxjobs", short_names=(), name="mxnet",
+    replica_types=(
+        ReplicaType("Scheduler", 1, 1, description="ps-lite scheduler: exactly one."),
+        ReplicaType("Server", 1, None, description="Parameter servers."),
+        ReplicaType("Worker", 1, None, description="Workers; all must succeed."),
+    ),
+    container_name="mxnet", default_port=9091, spec_model=MXJobSpec,
+    env_in_all_containers=True,
+    description="Kubeflow's MXJob (kubeflow.org/v1), reconciled by trainjobs.",
+    group=GROUP, version=VERSION, status_model=KubeflowJobStatus,
+)
+OPERATOR_NAMES = {TFJOB.kind: "tfjob-controller", MXJOB.kind: "mxjob-controller"}
+
+
+class KubeflowTFJobPlugin(TensorFlowPlugin):
+    """TFJob: TfJob's environment (TF_CONFIG) and success rule."""
+
+    framework = TFJOB
+
+
+class KubeflowMXJobPlugin(MxNetPlugin):
+    """MXJob: MxJob's environment (DMLC_*, MX_CONFIG) and success rule; MXTune refused."""
+
+    framework = MXJOB
+
+    def validate(self, job: Job) -> list[SpecError]:
+        spec: MXJobSpec = job.spec  # type: ignore[assignment]
+        if spec.job_mode == "MXTune":
+            return [SpecError("spec.jobMode", "MXTune (TVM auto-tuning) is not supported: "
+                                              "trainjobs runs MXNet training (MXTrain)")]
+        return []
+
+
+class KubeflowPlugin:
+    """Both kinds behind one entry point: each hook goes to the kind's part, plus Kubeflow's
+    pod labels and status fields for both."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, FrameworkPlugin] = {
+            TFJOB.kind: KubeflowTFJobPlugin(), MXJOB.kind: KubeflowMXJobPlugin()}
+
+    @hookimpl
+    def trainjobs_frameworks(self) -> Sequence[Framework]:
+        return [TFJOB, MXJOB]
+
+    @hookimpl
+    def trainjobs_validate(self, job: Job, framework: Framework) -> Sequence[SpecError] | None:
+        part = self.parts.get(job.kind)
+        return part.validate(job) if part is not None else None
+
+    @hookimpl
+    def trainjobs_replica_env(self, job: Job, replica: Replica,
+                              ctx: RenderContext) -> ReplicaEnv | None:
+        part = self.parts.get(job.kind)
+        return part.replica_env(job, replica, ctx) if part is not None else None
+
+    @hookimpl
+    def trainjobs_job_succeeded(self, job: Job, framework: Framework,
+                                outcomes: Sequence[ReplicaOutcome]) -> bool | None:
+        part = self.parts.get(job.kind)
+        return part.succeeded(job, outcomes) if part is not None else None
+
+    @hookimpl
+    def trainjobs_adjust_pod(self, job: Job, replica: Replica, pod: dict[str, Any],
+                             ctx: RenderContext) -> None:
+        if job.kind not in self.parts:
+            return
+        labels = pod["metadata"]["labels"]
+        labels[f"{LABEL_PREFIX}job-name"] = job.name
+        labels[f"{LABEL_PREFIX}replica-type"] = replica.type_lower
+        labels[f"{LABEL_PREFIX}replica-index"] = str(replica.index)
+        labels[f"{LABEL_PREFIX}operator-name"] = OPERATOR_NAMES[job.kind]
+        if job.kind == TFJOB.kind and replica == master_replica(job):
+            labels[f"{LABEL_PREFIX}job-role"] = "master"
+
+    @hookimpl
+    def trainjobs_adjust_status(self, job: Job, framework: Framework,
+                                status: dict[str, Any]) -> None:
+        if job.kind not in self.parts:
+            return
+        now = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        status["lastReconcileTime"] = now
+        for condition in status.get("conditions") or []:
+            condition.setdefault("lastUpdateTime", condition.get("lastTransitionTime", now))
+
+
+plugin = KubeflowPlugin()

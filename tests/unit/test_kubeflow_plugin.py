@@ -1,0 +1,130 @@
+"""The `kubeflow` plugin: off unless enabled; enabled, Kubeflow's TFJob and MXJob manifests
+(the upstream examples of tests/fixtures/kubeflow) are read as they are, their CRDs are in
+kubeflow.org with Kubeflow's field names, and their pods get the same environment as the
+converted trainjobs job plus Kubeflow's labels."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+from trainjobs_kubeflow import KUBEFLOW_LABELS, plugin
+
+from trainjobs.convert import convert_documents
+from trainjobs.core.validation import split_jobs
+from trainjobs.crdgen import crd_file_name, crd_for, render_crd_yaml
+from trainjobs.errors import PluginError, SpecInvalid
+from trainjobs.plugin.manager import ENABLE_PLUGINS_ENV, PluginManager, load_plugins
+from trainjobs.yamlio import read_documents
+
+from .helpers import DISABLE_AUTOLOAD_ENV, plugin_env, render
+from .test_convert import FIXTURES
+
+KINDS = ("TFJob", "MXJob")
+
+
+@pytest.fixture(scope="module")
+def enabled() -> PluginManager:
+    with plugin_env(**{DISABLE_AUTOLOAD_ENV: "1"}):
+        return load_plugins(enable=["kubeflow"])
+
+
+def test_off_unless_enabled() -> None:
+    with plugin_env(**{DISABLE_AUTOLOAD_ENV: "1", ENABLE_PLUGINS_ENV: None}):
+        assert not set(KINDS) & set(load_plugins().frameworks)
+    with plugin_env(**{DISABLE_AUTOLOAD_ENV: "1", ENABLE_PLUGINS_ENV: "kubeflow"}):
+        assert set(KINDS) <= set(load_plugins().frameworks)
+    with pytest.raises(PluginError, match="cannot enable kubeflw"):
+        load_plugins(enable=["kubeflw"])
+
+
+def test_crds_are_kubeflows(enabled: PluginManager) -> None:
+    for kind, field in (("TFJob", "tfReplicaSpecs"), ("MXJob", "mxReplicaSpecs")):
+        framework = enabled.framework_for(kind)
+        assert framework is not None
+        crd = crd_for(framework)
+        assert crd["metadata"]["name"] == f"{framework.plural}.kubeflow.org"
+        assert crd_file_name(framework) == f"kubeflow.org_{framework.plural}.yaml"
+        version = crd["spec"]["versions"][0]
+        assert (crd["spec"]["group"], version["name"]) == ("kubeflow.org", "v1")
+        schema = version["schema"]["openAPIV3Schema"]
+        spec = schema["properties"]["spec"]
+        assert field in spec["properties"] and "replicaSpecs" not in spec["properties"]
+        assert spec["required"] == [field]
+        assert spec["properties"]["runPolicy"]["default"] == {}
+        status = schema["properties"]["status"]["properties"]
+        assert "lastReconcileTime" in status
+        assert "lastUpdateTime" in status["conditions"]["items"]["properties"]
+        text = render_crd_yaml(framework)
+        assert f"self.spec.{field}" in text and "self.spec.replicaSpecs" not in text
+
+
+def _pods(rendered: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {m["metadata"]["name"]: m for m in rendered if m["kind"] == "Pod"}
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for c in pod["spec"]["containers"] for e in c.get("env", [])}
+
+
+@pytest.mark.parametrize("name", ["tfjob-v1-dist_mnist.yaml", "tfjob-v1-simple.yaml",
+                                  "mxjob-v1-dist.yaml", "mx-v1beta1-dist_gpu.yaml"])
+def test_kubeflow_manifest_read_as_it_is_same_environment_as_converted(
+        enabled: PluginManager, name: str) -> None:
+    docs = read_documents(FIXTURES / name)
+    docs[0]["apiVersion"] = "kubeflow.org/v1"  # (one example is v1beta1: same fields)
+    [job] = split_jobs(copy.deepcopy(docs), enabled).jobs
+    assert job.kind in KINDS and job.api_version == "kubeflow.org/v1"
+    served = _pods(render(job, enabled).manifests())
+    [converted] = split_jobs(convert_documents(copy.deepcopy(docs)).documents, enabled).jobs
+    expected = _pods(render(converted, enabled).manifests())
+    assert list(served) == list(expected)
+    for pod_name, pod in served.items():
+        assert _env(pod) == _env(expected[pod_name])
+        labels = pod["metadata"]["labels"]
+        assert labels["training.kubeflow.org/job-name"] == job.name
+        assert labels["training.kubeflow.org/replica-index"] == pod_name.rsplit("-", 1)[1]
+        assert set(KUBEFLOW_LABELS) - {"training.kubeflow.org/job-role"} <= set(labels)
+        assert pod["metadata"]["ownerReferences"][0]["apiVersion"] == "kubeflow.org/v1"
+    roles = [n for n, p in served.items()
+             if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == "master"]
+    assert roles == ([] if job.kind == "MXJob" else [next(iter(served))])
+
+
+def test_refusals_in_kubeflows_terms(enabled: PluginManager) -> None:
+    doc = yaml.safe_load((FIXTURES / "tfjob-v1-simple.yaml").read_text())
+    worker = doc["spec"]["tfReplicaSpecs"]["Worker"]
+    worker["replicas"] = -1
+    worker["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    doc["spec"]["tfReplicaSpecs"]["Launcher"] = copy.deepcopy(worker)
+    with pytest.raises(SpecInvalid) as exc:
+        split_jobs([doc], enabled)
+    paths = {e.path for e in exc.value.errors}
+    assert paths == {"spec.tfReplicaSpecs.Worker.replicas", "spec.tfReplicaSpecs.Launcher",
+                     "spec.tfReplicaSpecs.Launcher.replicas",
+                     "spec.tfReplicaSpecs.Worker.template.spec.containers[0].imagePullPolicyy",
+                     "spec.tfReplicaSpecs.Launcher.template.spec.containers[0]"
+                     ".imagePullPolicyy"}
+    tune = read_documents(FIXTURES / "mxjob-v1-tune.yaml")
+    with pytest.raises(SpecInvalid) as exc:
+        split_jobs(tune, enabled)
+    assert "spec.mxReplicaSpecs.TunerTracker" in {e.path for e in exc.value.errors}
+
+
+def test_status_gets_kubeflows_fields(enabled: PluginManager) -> None:
+    [job] = split_jobs(read_documents(FIXTURES / "tfjob-v1-simple.yaml"), enabled).jobs
+    framework = enabled.framework_for("TFJob")
+    assert framework is not None
+    status: dict[str, Any] = {"state": "Running", "conditions": [
+        {"type": "Created", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    enabled.adjust_status(job, framework, status)
+    assert status["conditions"][0]["lastUpdateTime"] == "2026-01-01T00:00:00Z"
+    assert status["lastReconcileTime"].endswith("Z") and status["state"] == "Running"
+    other: dict[str, Any] = {"state": "Running"}
+    plugin.trainjobs_adjust_status(job=job.model_copy(update={"kind": "TfJob"}),
+                                   framework=framework, status=other)
+    assert other == {"state": "Running"}  # not its kind: untouched
+    assert json.dumps(status)  # plain data, as the operator sends it
