@@ -1318,3 +1318,28 @@ def test_the_operator_identity_is_refused_outside_its_bounds(
     result = kube_cluster.kubectl("create", "-n", "kube-system", "--dry-run=server", "-f", "-",
                                   input=json.dumps(admin_pod("admins")), check=False)
     assert result.returncode == 0, result.stderr
+def test_kubeflow_compatibility_render(helm_offline: Helm) -> None:
+    """kubeflow.enabled: the plugin's flag, the kubeflow.org CRDs (kept on uninstall, the
+    same as `trainjobs crds` writes with the plugin enabled) and exactly the grants on them
+    that trainjobs' own kinds get; off by default, nothing of it."""
+    assert not [d for d in helm_offline.template("kf", "trainjobs-system")
+                if "kubeflow" in json.dumps(d)]
+    docs = helm_offline.template("kf", "trainjobs-system", {"kubeflow": {"enabled": True}})
+    assert "--enable-plugins=kubeflow" in operator_container(docs)["args"]
+    crds = {d["metadata"]["name"]: d for d in by_kind(docs, "CustomResourceDefinition")}
+    assert sorted(crds) == ["mxjobs.kubeflow.org", "tfjobs.kubeflow.org"]
+    for name, crd in crds.items():
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        generated = yaml.safe_load(
+            (CHART / "kubeflow-crds" / f"kubeflow.org_{name.split('.')[0]}.yaml").read_text())
+        assert crd["spec"] == generated["spec"]
+    policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+    assert "r.apiVersion.startsWith('kubeflow.org/') && r.kind in [\"TFJob\",\"MXJob\"]" in \
+        json.dumps(policy["spec"]["validations"]).replace('\\"', '"')
+    grants = rbac_grants(one(docs, "ClusterRole")["rules"])
+    kubeflow = {g for g in grants if g[0] == "kubeflow.org"}
+    assert kubeflow == (
+        {("kubeflow.org", p, v, "") for p in ("tfjobs", "mxjobs")
+         for v in ("list", "watch", "delete")}
+        | {("kubeflow.org", f"{p}/status", "patch", "") for p in ("tfjobs", "mxjobs")}
+        | {("kubeflow.org", f"{p}/finalizers", "update", "") for p in ("tfjobs", "mxjobs")})

@@ -128,3 +128,13 @@ def test_status_gets_kubeflows_fields(enabled: PluginManager) -> None:
                                    framework=framework, status=other)
     assert other == {"state": "Running"}  # not its kind: untouched
     assert json.dumps(status)  # plain data, as the operator sends it
+
+
+def test_chart_kubeflow_crds_are_up_to_date(enabled: PluginManager) -> None:
+    chart = FIXTURES.parents[2] / "charts" / "trainjobs" / "kubeflow-crds"
+    for kind in KINDS:
+        framework = enabled.framework_for(kind)
+        assert framework is not None
+        path = chart / crd_file_name(framework)
+        assert path.read_text() == render_crd_yaml(framework), (
+            f"{path} is stale: regenerate with TRAINJOBS_ENABLE_PLUGINS=kubeflow trainjobs crds")

@@ -414,7 +414,7 @@ class AsyncClient:
 
     def resource(self, kind: str) -> Resource:
         fw = self.framework(kind)
-        return job_resource(fw.kind, fw.plural)
+        return job_resource(fw.kind, fw.plural, fw.group, fw.version)
 
     def job_from_api(self, raw: dict[str, Any]) -> Job:
         return job_from_api(raw, self.plugins)

@@ -112,6 +112,17 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
   - {{ . }}/finalizers
   {{- end }}
   verbs: ["update"]
+{{- if .Values.kubeflow.enabled }}
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs", "mxjobs"]
+  verbs: ["list", "watch", "delete"]
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs/status", "mxjobs/status"]
+  verbs: ["patch"]
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs/finalizers", "mxjobs/finalizers"]
+  verbs: ["update"]
+{{- end }}
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["list", "watch", "get", "create", "delete"]
