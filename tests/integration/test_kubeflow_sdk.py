@@ -147,17 +147,21 @@ def test_failing_tfjob_is_failed_for_the_sdk(sdk: TrainingClient, bare_ns: Names
              timeout=60)
 
 
+def _mxjob(name: str, mode: str, workers: int) -> KubeflowOrgV1MXJob:
+    """Scheduler and Server run on; the Workers exit 0. The SDK's model needs run_policy."""
+    return KubeflowOrgV1MXJob(
+        api_version="kubeflow.org/v1", kind="MXJob", metadata=V1ObjectMeta(name=name),
+        spec=KubeflowOrgV1MXJobSpec(
+            job_mode=mode, run_policy=KubeflowOrgV1RunPolicy(),
+            mx_replica_specs={"Scheduler": _replica("mxnet", 1, None),
+                              "Server": _replica("mxnet", 1, None),
+                              "Worker": _replica("mxnet", workers, 0)}))
+
+
 @MX
 def test_mxjob_through_the_kubeflow_sdk(sdk: TrainingClient, bare_ns: Namespace) -> None:
     ns, name = bare_ns.name, "mx"
-    mxjob = KubeflowOrgV1MXJob(
-        api_version="kubeflow.org/v1", kind="MXJob", metadata=V1ObjectMeta(name=name),
-        spec=KubeflowOrgV1MXJobSpec(
-            job_mode="MXTrain", run_policy=KubeflowOrgV1RunPolicy(),
-            mx_replica_specs={"Scheduler": _replica("mxnet", 1, None),
-                              "Server": _replica("mxnet", 1, None),
-                              "Worker": _replica("mxnet", 2, 0)}))
-    sdk.create_job(job=mxjob, namespace=ns)
+    sdk.create_job(job=_mxjob(name, "MXTrain", 2), namespace=ns)
     assert sdk.get_job(name, ns, job_kind="MXJob").spec.job_mode == "MXTrain"
     job: Any = sdk.wait_for_job_conditions(name, ns, job_kind="MXJob", timeout=120,
                                            polling_interval=POLL)
@@ -173,14 +177,7 @@ def test_mxjob_through_the_kubeflow_sdk(sdk: TrainingClient, bare_ns: Namespace)
 @MX
 def test_mxtune_is_refused_with_the_reason(sdk: TrainingClient, bare_ns: Namespace) -> None:
     ns, name = bare_ns.name, "tune"
-    mxjob = KubeflowOrgV1MXJob(
-        api_version="kubeflow.org/v1", kind="MXJob", metadata=V1ObjectMeta(name=name),
-        spec=KubeflowOrgV1MXJobSpec(
-            job_mode="MXTune", run_policy=KubeflowOrgV1RunPolicy(),
-            mx_replica_specs={"Scheduler": _replica("mxnet", 1, None),
-                              "Server": _replica("mxnet", 1, None),
-                              "Worker": _replica("mxnet", 1, 0)}))
-    sdk.create_job(job=mxjob, namespace=ns)
+    sdk.create_job(job=_mxjob(name, "MXTune", 1), namespace=ns)
     job: Any = sdk.wait_for_job_conditions(name, ns, job_kind="MXJob",
                                            expected_conditions={"Failed"}, timeout=60,
                                            polling_interval=POLL)
