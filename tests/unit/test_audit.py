@@ -69,3 +69,18 @@ def test_agents_and_a_torn_last_line(tmp_path: Path) -> None:
     log.write_text(json.dumps(event("create", "a", OP, 201)) + "\n" + '{"verb": "cre')
     assert [e["objectRef"]["name"] for e in read_events(log)] == ["a"]
     assert read_events(tmp_path / "missing.log") == []
+
+
+def test_a_delete_whose_answer_was_lost_accounts_for_the_kubelet_and_a_recreation() -> None:
+    # An overloaded API server answers 504 to the operator's DELETE, yet the graceful deletion
+    # started: the kubelet finishes it, and the operator creates the replica again.
+    events = [
+        event("create", "w-0", OP, 201),
+        event("delete", "w-0", OP, code=504),
+        event("delete", "w-0", KWOK, uid="a", phase="Running"),
+        event("create", "w-0", OP, 201),
+        event("delete", "w-0", KWOK, uid="b", phase="Running"),  # this one nobody asked for
+    ]
+    history = pod_histories(events, "ns")["w-0"]
+    assert history.duplicates() == 0
+    assert [w.uid for w in history.unasked_deletes()] == ["b"]

@@ -122,10 +122,13 @@ class PodHistory:
     def reasons_to_create(self, external: Iterable[str] = EXTERNAL_DELETERS) -> int:
         """Removals that ask for a new pod of this name: a pod that Failed, or one deleted by
         someone other than the operator and the fake kubelet (the garbage collector after its
-        job was deleted and created again, a user with kubectl)."""
+        job was deleted and created again, a user with kubectl), or a delete whose answer was
+        lost (5xx, e.g. a 504 from an overloaded API server: the pod may have gone, and its
+        phase is unknown)."""
         others = set(external)
-        return sum(1 for w in self.writes if w.verb == "delete" and w.code == 200
-                   and (w.phase == "Failed" or w.agent in others))
+        return sum(1 for w in self.writes if w.verb == "delete" and (
+            (w.code == 200 and (w.phase == "Failed" or w.agent in others))
+            or w.code >= 500 or w.code == 0))
 
     def duplicates(self, agent: str = "operator") -> int:
         """Creates beyond the first that no removal asked for."""
@@ -139,10 +142,23 @@ class PodHistory:
         """Deletes by ``by`` (the fake kubelet) that nobody else had asked for: of a pod (by
         uid) that no one else had deleted first, or of nothing at all (a 404: a delete by name
         aimed at a pod that was already gone, which could as well have hit its successor). A
-        kubelet only finishes the deletions others start."""
+        kubelet only finishes the deletions others start. A delete by another whose answer was
+        lost (5xx: it may have started the deletion) accounts for the next one of ``by``."""
         asked = {w.uid for w in self.writes if w.verb == "delete" and w.agent != by and w.uid}
-        return [w for w in self.writes if w.verb == "delete" and w.agent == by
-                and (w.code != 200 or w.uid not in asked)]
+        out: list[PodWrite] = []
+        blind = 0  # deletes by others whose answer was lost (5xx): the pod is unknown
+        for w in self.writes:
+            if w.verb != "delete":
+                continue
+            if w.agent != by:
+                blind += int(w.code >= 500 or w.code == 0)
+            elif w.code == 200 and w.uid in asked:
+                continue
+            elif w.code == 200 and blind:
+                blind -= 1
+            else:
+                out.append(w)
+        return out
 
 
 def pod_histories(events: Iterable[dict[str, Any]], namespace: str,
