@@ -13,7 +13,7 @@ from typing import Any
 
 from trainjobs.api.models import GROUP, MAX_REPLICAS
 from trainjobs.api.podtemplate import crd_template_schema
-from trainjobs.core.validation import MAX_NAME_LENGTH
+from trainjobs.core.validation import MAX_NAME_LENGTH, elastic_refusal
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework, ReplicaType
 from trainjobs.yamlio import dump_all
@@ -158,9 +158,8 @@ def _elastic_rule(framework: Framework, rtype: ReplicaType, name: str) -> dict[s
     """elasticPolicy only on the types the kind allows; replicas within its bounds."""
     unset = f"!('{name}' in self) || !has(self['{name}'].elasticPolicy)"
     if not rtype.elastic:
-        allowed = ", ".join(t.name for t in framework.replica_types if t.elastic)
-        return {"rule": unset, "message": f"replicaSpecs.{name}.elasticPolicy: a "
-                f"{framework.kind} allows elasticPolicy only on {allowed or 'no replica type'}"}
+        return {"rule": unset,
+                "message": f"replicaSpecs.{name}.elasticPolicy: {elastic_refusal(framework)}"}
     policy = f"self['{name}'].elasticPolicy"
     # Guarded like every rule on replicas: a value the schema refuses is the schema's to report.
     return {"rule": f"{unset} || !{_countable(f'self[{name!r}].replicas')} || "

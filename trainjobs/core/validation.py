@@ -372,6 +372,16 @@ def _check_limit(spec: JobSpec, limit: ReplicaLimit) -> list[SpecError]:
     return errors
 
 
+def elastic_refusal(framework: Framework) -> str:
+    """What is said of an elasticPolicy on a type the kind does not allow it on (here and in
+    the CRD's CEL rule)."""
+    allowed = [t.name for t in framework.replica_types if t.elastic]
+    if not allowed:
+        return (f"elasticPolicy is not supported by a {framework.kind} "
+                "(none of its replica types is elastic)")
+    return f"a {framework.kind} allows elasticPolicy only on {', '.join(allowed)}"
+
+
 def _check_elastic(key: str, rspec: ReplicaSpec, rtype: ReplicaType, framework: Framework
                    ) -> list[SpecError]:
     """elasticPolicy only where the kind allows it, and replicas within its bounds (the CRD's
@@ -381,9 +391,7 @@ def _check_elastic(key: str, rspec: ReplicaSpec, rtype: ReplicaType, framework: 
         return []
     path = f"spec.replicaSpecs.{key}"
     if not rtype.elastic:
-        allowed = [t.name for t in framework.replica_types if t.elastic]
-        return [SpecError(f"{path}.elasticPolicy", f"a {framework.kind} allows elasticPolicy "
-                          f"only on {', '.join(allowed) or 'no replica type'}")]
+        return [SpecError(f"{path}.elasticPolicy", elastic_refusal(framework))]
     if policy.min_replicas > policy.max_replicas:
         return [SpecError(f"{path}.elasticPolicy.minReplicas", f"must be at most maxReplicas "
                           f"({policy.max_replicas}), got {policy.min_replicas}")]
