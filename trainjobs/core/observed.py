@@ -79,6 +79,10 @@ class ObservedPod:
     # The replica counts its environment was rendered for (render's ANNOTATION_REPLICAS);
     # empty when unknown (a pod from an older version, the local runtime).
     replicas_rendered: str = ""
+    # Since when it is marked for deletion with no grace period left (deletionTimestamp with
+    # deletionGracePeriodSeconds 0): such a pod should be gone at once; one still seen later
+    # had its deletion cut off half-way (see planner.PlannerSettings.unfinished_delete).
+    delete_due: datetime | None = None
 
     @property
     def active(self) -> bool:
@@ -166,6 +170,8 @@ def from_pod(pod: dict[str, Any], container_name: str) -> ObservedPod | None:
         unschedulable=unschedulable,
         disruption=disruption[:MESSAGE_LIMIT],
         replicas_rendered=str((meta.get("annotations") or {}).get(ANNOTATION_REPLICAS, "")),
+        delete_due=_parse_time(meta.get("deletionTimestamp"))
+        if meta.get("deletionGracePeriodSeconds") == 0 else None,
     )
 
 

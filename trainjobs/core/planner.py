@@ -44,6 +44,12 @@ class PlannerSettings:
     # Kinds of extra objects (besides Pods) that exist only while the replicas do: deleted on
     # suspend and by a finished job's cleanup, recreated on resume (a gang PodGroup).
     with_replicas_kinds: frozenset[str] = frozenset()
+    # A pod marked for deletion with grace period 0 is removed by the API server in the same
+    # request; one still there this long after was left half-deleted (the request cut off
+    # between setting deletionTimestamp and removing the object: seen when the operator was
+    # killed mid-DELETE under etcd load). Nothing else finishes it where no kubelet runs the
+    # pod, so the planner deletes it again (a DELETE of a pod already due is immediate).
+    unfinished_delete: timedelta = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -437,6 +443,7 @@ def _outcome(
         state.plan.create_pods.append(body)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING)
     if pod.deleting:
+        _finish_unfinished_delete(state, pod, settings)
         if pod.uid in counted:
             new_counted.add(pod.uid)  # counted as lost while it terminates: once
         elif replica.index in started and pod.name not in state.rescaled:
@@ -464,6 +471,18 @@ def _outcome(
         _requeue(state.plan, remaining.total_seconds())
     phase = ReplicaPhase.RUNNING if pod.phase is PodPhase.RUNNING else ReplicaPhase.PENDING
     return ReplicaOutcome(replica, phase)
+
+
+def _finish_unfinished_delete(state: _State, pod: ObservedPod,
+                              settings: PlannerSettings) -> None:
+    """Delete again a pod whose zero-grace deletion was cut off half-way (or wait for it)."""
+    if pod.delete_due is None:
+        return
+    left = settings.unfinished_delete - (state.now - pod.delete_due)
+    if left <= timedelta(0):
+        state.plan.delete_pods.append(pod.name)
+    else:
+        _requeue(state.plan, left.total_seconds())
 
 
 def _failed(
