@@ -1212,6 +1212,8 @@ def on_kwok(example: dict[str, Any]) -> dict[str, Any]:
     """The example as the fake nodes run it: every pod ends with 0 after 1 s."""
     job = copy.deepcopy(example)
     for spec in job["spec"]["replicaSpecs"].values():
+        if "template" not in spec:
+            continue  # a template-less PS (the default PS server) serves until cleanup
         notes = spec["template"].setdefault("metadata", {}).setdefault("annotations", {})
         notes.update({EXIT_CODE_ANNOTATION: "0", RUN_DURATION_ANNOTATION: "1s"})
     return job
