@@ -94,7 +94,12 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     cluster = Cluster.start(root / "cluster", nodes=args.nodes, node_pods=args.node_pods,
                             audit=False)
     api = Api(cluster.plane)
-    op = OperatorProcess(DEFAULT_OPERATOR_CMD, kubeconfig=cluster.plane.kubeconfig,
+    big = big_job(args.kind, args.workers)
+    big_pods = sum(r["replicas"] for r in big["spec"]["replicaSpecs"].values())
+    # The operator refuses a job over --max-replicas-per-job (default 2000): a TfJob of 2,000
+    # Workers has a Chief too, so the limit is raised to fit the job under test.
+    command = f"{DEFAULT_OPERATOR_CMD} --max-replicas-per-job {max(big_pods, 2000)}"
+    op = OperatorProcess(command, kubeconfig=cluster.plane.kubeconfig,
                          namespace=NS, concurrency=16, log_path=root / "operator.log")
     try:
         await api.ensure_namespace(NS)
@@ -104,8 +109,6 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         log(f"operator ready: RSS {before_mem['rss_mb']:.0f} MB, lag max "
             f"{before_lag['max_s'] * 1000:.1f} ms")
         plural = PLURALS[args.kind]
-        big = big_job(args.kind, args.workers)
-        big_pods = sum(r["replicas"] for r in big["spec"]["replicaSpecs"].values())
         small = [tfjob(f"small-{i}", NS, workers=1, chief_run=None, worker_run=None)
                  for i in range(args.small)]
         t0 = time.monotonic()
