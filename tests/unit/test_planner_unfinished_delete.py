@@ -64,3 +64,24 @@ def test_from_pod_reads_a_zero_grace_deletion_only() -> None:
     assert due.delete_due.isoformat().startswith("2026-11-23T22:02:54")
     graceful = from_pod(pod(30), "mxnet")
     assert graceful is not None and graceful.deleting and graceful.delete_due is None
+
+
+def test_finished_and_suspended_jobs_delete_a_half_deleted_pod_again_too() -> None:
+    for finish in ("succeed", "suspend"):
+        w = running_world(mx_doc(workers=1))
+        w.graceful = True  # what the finishing pass deletes stays, `deleting`
+        if finish == "succeed":
+            w.succeed("mx-worker-0")
+            w.step()
+            assert w.state == "Succeeded"
+            w.step()  # cleanPodPolicy Running: the next pass deletes what still runs
+        else:
+            doc = mx_doc(workers=1)
+            doc["spec"]["runPolicy"] = {"suspend": True}
+            w.respec(doc)
+            w.step()
+            assert w.state == "Suspended"
+        assert w.pods["mx-scheduler-0"].deleting, finish
+        w.set("mx-scheduler-0", delete_due=w.now)
+        w.advance(w.settings.unfinished_delete.total_seconds())
+        assert "mx-scheduler-0" in w.plan().delete_pods, finish

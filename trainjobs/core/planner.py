@@ -571,6 +571,7 @@ def _finish(
     policy = job.spec.run_policy.clean_pod_policy
     for pod in pods:
         if pod.deleting:
+            _finish_unfinished_delete(state, pod, settings)
             continue
         if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and pod.active):
             plan_.delete_pods.append(pod.name)
@@ -622,7 +623,9 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str],
     if restart_together and _current(job.status) is not ConditionType.SUSPENDED:
         state.status["attempt"] = job.status.attempt + 1
     for pod in pods:
-        if not pod.deleting:
+        if pod.deleting:
+            _finish_unfinished_delete(state, pod, settings)
+        else:
             state.plan.delete_pods.append(pod.name)
     state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
     state.plan.delete_extras.extend(_with_replicas(extras, settings))
