@@ -1,19 +1,31 @@
 """Runs TensorBoard for a TfJob that sets `spec.tensorboard`: a Deployment and a Service.
 
 Both are named `<job>-tensorboard` and owned by the job, so they go when the job goes. The
+Deployment is watched (`trainjobs_owned_resources`): without that the operator could not see
+it, and would POST it again on every pass of the job and read back the 409's owner. The
 local backend does not run Deployments and says so; point a local TensorBoard at logDir.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainjobs.plugin import Job, RenderContext, hookimpl
+from trainjobs.plugin import Job, OwnedResource, RenderContext, hookimpl
 
-__all__ = ["TENSORBOARD_PORT", "trainjobs_extra_objects"]
+__all__ = ["TENSORBOARD_PORT", "trainjobs_extra_objects", "trainjobs_owned_resources"]
 
 TENSORBOARD_PORT = 6006
+
+
+@hookimpl
+def trainjobs_owned_resources(
+    controller_config: Mapping[str, object],
+) -> Sequence[OwnedResource] | None:
+    """TensorBoard's Deployment, watched so it is created once (and again only when it goes).
+    It stays when the job's pods go (suspend, cleanup): it holds no training resources and
+    garbage collection removes it with the job."""
+    return [OwnedResource("apps/v1", "Deployment", "deployments")]
 
 
 @hookimpl

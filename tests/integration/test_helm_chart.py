@@ -286,7 +286,7 @@ OPERATOR_GRANTS = (
     | {("trainjobs.io", f"{p}/finalizers", "update", "") for p in JOB_PLURALS}
     | {("", r, v, "") for r in ("pods", "services")
        for v in ("list", "watch", "get", "create", "delete")}
-    | {("apps", "deployments", v, "") for v in ("create", "get")}
+    | {("apps", "deployments", v, "") for v in ("list", "watch", "get", "create")}
     | {("", "events", "create", "")}
 )
 

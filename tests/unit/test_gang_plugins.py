@@ -176,11 +176,22 @@ def test_a_bad_config_stops_the_operator_with_the_field(config: dict[str, Any],
 
 
 def test_owned_resources_only_for_the_chosen_scheduler() -> None:
-    assert PLUGINS.owned_resources({}) == []
-    assert PLUGINS.owned_resources(VOLCANO) == [
+    def pod_groups(config: dict[str, Any]) -> list[OwnedResource]:
+        return [r for r in PLUGINS.owned_resources(config) if r.kind == "PodGroup"]
+
+    assert pod_groups({}) == []
+    assert pod_groups(VOLCANO) == [
         OwnedResource("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups", True)]
-    assert PLUGINS.owned_resources(COSCHEDULING) == [
+    assert pod_groups(COSCHEDULING) == [
         OwnedResource("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups", True)]
+
+
+def test_the_tensorboard_deployment_is_watched_whatever_the_scheduler() -> None:
+    """Unwatched, a TfJob's TensorBoard Deployment was POSTed again on every pass (a 409 and
+    a GET each); it stays when the pods go (suspend, cleanup): with_replicas is False."""
+    board = OwnedResource("apps/v1", "Deployment", "deployments", with_replicas=False)
+    for config in ({}, VOLCANO, COSCHEDULING):
+        assert board in PLUGINS.owned_resources(config)
 
 
 def test_volcano_status_shows_the_phase_and_the_schedulers_reason() -> None:

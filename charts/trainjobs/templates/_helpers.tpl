@@ -128,7 +128,7 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
   verbs: ["list", "watch", "get", "create", "delete"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["create", "get"]
+  verbs: ["list", "watch", "get", "create"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
