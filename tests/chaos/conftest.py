@@ -130,9 +130,9 @@ def figures_table(run: dict[str, object]) -> str:
         f"machine {run['machine']}).",
         "",
         "| scenario | jobs | finished | lost | faults | duplicates | max creates/pod name "
-        "| failures recreated | KWOK unasked deletes | orphans | statuses seen | two exclusive "
-        "True | finished flips | recovery (s) | duration (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| failures recreated | KWOK unasked deletes | pods deleted again | orphans "
+        "| statuses seen | two exclusive True | finished flips | recovery (s) | duration (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     scenarios = run["scenarios"]
     assert isinstance(scenarios, list)
@@ -141,7 +141,8 @@ def figures_table(run: dict[str, object]) -> str:
         rows.append(
             f"| {f['scenario']} | {f['jobs']} | {f['finished']} | {len(f['lost'])} | "
             f"{f['faults']} | {f['duplicates']} | {f['max_creates_per_pod_name']} | "
-            f"{f['failures_recreated']} | {f['unasked_kwok_deletes']} | {len(f['orphans'])} | "
+            f"{f['failures_recreated']} | {f['unasked_kwok_deletes']} | "
+            f"{f.get('deleted_again', '-')} | {len(f['orphans'])} | "
             f"{f['statuses_seen']} | {len(f['double_true'])} | {len(f['finished_flips'])} | "
             f"{recovery} | {f['duration_s']} |")
     notes = [f"- {f['scenario']}: {n}" for f in scenarios for n in f["notes"]]

@@ -12,6 +12,10 @@ duplicates
     fake kubelet's unasked deletes are reported beside it.
 unasked_kwok_deletes
     Deletes by KWOK that nobody else had started (the harness's own defect of issue 15.8).
+deleted_again
+    The operator's second DELETE of a pod (uid) still stored 10 s after its first: the
+    planner's remedy for a removal cut short (``PodHistory.deleted_again``). Not a problem; it
+    says whether a run exercised that path.
 orphans
     Pods and Services labelled for a job that is not their owner (no ownerReference to an
     existing job's uid), and pods still Pending/Running of a finished job (cleanPodPolicy
@@ -67,6 +71,7 @@ class Figures:
     max_creates_per_pod_name: int = 0
     failures_recreated: int = 0
     unasked_kwok_deletes: int = 0
+    deleted_again: int = 0
     orphans: list[str] = field(default_factory=list)
     statuses_seen: int = 0
     double_true: list[str] = field(default_factory=list)
@@ -248,16 +253,19 @@ def audit_figures(figures: Figures, plane: ControlPlane, namespace: str, since: 
     most = 0
     recreated = 0
     unasked = 0
+    again = 0
     for history in histories.values():
         creates = history.creates()
         most = max(most, creates)
         recreated += min(history.failures(), max(0, creates - 1))
         dup += history.duplicates()
         unasked += len(history.unasked_deletes())
+        again += history.deleted_again()
     figures.duplicates = dup
     figures.max_creates_per_pod_name = most
     figures.failures_recreated = recreated
     figures.unasked_kwok_deletes = unasked
+    figures.deleted_again = again
 
 
 def find_orphans(ns: Namespace, kinds: Iterable[str], settle: float = 15.0) -> list[str]:

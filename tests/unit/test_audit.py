@@ -84,3 +84,22 @@ def test_a_delete_whose_answer_was_lost_accounts_for_the_kubelet_and_a_recreatio
     history = pod_histories(events, "ns")["w-0"]
     assert history.duplicates() == 0
     assert [w.uid for w in history.unasked_deletes()] == ["b"]
+
+
+def test_a_pod_deleted_again_is_one_removal_and_is_counted_as_deleted_again() -> None:
+    # The operator's DELETE of a Failed Worker was cut short (SIGKILL mid-request): the pod
+    # stayed stored with its deletionTimestamp, and the next operator deleted it again 10 s
+    # later. One failure, one justified create; the second DELETE is reported, not hidden.
+    events = [
+        event("create", "w-0", OP, 201),
+        event("delete", "w-0", OP, uid="a", phase="Failed"),
+        event("delete", "w-0", OP, uid="a", phase="Failed"),  # deleted again
+        event("create", "w-0", OP, 201),
+        event("create", "w-0", OP, 201),  # a duplicate: the second delete asks for nothing
+    ]
+    history = pod_histories(events, "ns")["w-0"]
+    assert history.failures() == 1
+    assert history.deleted_again() == 1
+    assert history.duplicates() == 1
+    assert pod_histories(events[:4], "ns")["w-0"].duplicates() == 0
+    assert pod_histories(events[:2], "ns")["w-0"].deleted_again() == 0

@@ -114,10 +114,38 @@ class PodHistory:
         return sum(1 for w in self.writes if w.verb == "create" and w.agent == agent
                    and w.code == 201)
 
+    def _removals(self) -> list[list[PodWrite]]:
+        """The deletes answered 200, grouped by pod (uid; one without a uid alone): a pod
+        deleted again because its first removal was cut short (the planner's 10 s re-delete),
+        or finished by the kubelet, is one removal, not two."""
+        by_uid: dict[str, list[PodWrite]] = {}
+        out: list[list[PodWrite]] = []
+        for w in self.writes:
+            if w.verb != "delete" or w.code != 200:
+                continue
+            if w.uid and w.uid in by_uid:
+                by_uid[w.uid].append(w)
+                continue
+            out.append([w])
+            if w.uid:
+                by_uid[w.uid] = out[-1]
+        return out
+
     def failures(self) -> int:
         """Pods of this name that were deleted after they Failed (a reason to create again)."""
-        return sum(1 for w in self.writes if w.verb == "delete" and w.code == 200
-                   and w.phase == "Failed")
+        return sum(1 for pod in self._removals() if any(w.phase == "Failed" for w in pod))
+
+    def deleted_again(self, agent: str = "operator") -> int:
+        """Deletes by ``agent`` of a pod (uid) it had deleted before: the operator's second
+        DELETE of a pod still stored with its deletionTimestamp 10 s after the first (its
+        removal cut short, e.g. by a SIGKILL mid-request)."""
+        seen: set[str] = set()
+        again = 0
+        for w in self.writes:
+            if w.verb == "delete" and w.agent == agent and w.code == 200 and w.uid:
+                again += w.uid in seen
+                seen.add(w.uid)
+        return again
 
     def reasons_to_create(self, external: Iterable[str] = EXTERNAL_DELETERS) -> int:
         """Removals that ask for a new pod of this name: a pod that Failed, or one deleted by
@@ -126,9 +154,11 @@ class PodHistory:
         lost (5xx, e.g. a 504 from an overloaded API server: the pod may have gone, and its
         phase is unknown)."""
         others = set(external)
-        return sum(1 for w in self.writes if w.verb == "delete" and (
-            (w.code == 200 and (w.phase == "Failed" or w.agent in others))
-            or w.code >= 500 or w.code == 0))
+        removals = sum(1 for pod in self._removals()
+                       if any(w.phase == "Failed" or w.agent in others for w in pod))
+        lost = sum(1 for w in self.writes if w.verb == "delete" and (w.code >= 500 or
+                                                                      w.code == 0))
+        return removals + lost
 
     def duplicates(self, agent: str = "operator") -> int:
         """Creates beyond the first that no removal asked for."""
