@@ -20,6 +20,12 @@ from tests.integration.operator_helpers import Namespace, job, replica, wait_for
 pytestmark = pytest.mark.integration
 
 
+#: `python -m trainjobs.cli ARGS`, with SIGINT handled as a terminal's Ctrl-C expects.
+SIGINT_AS_FROM_A_TERMINAL = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'trainjobs'; runpy.run_module('trainjobs.cli', run_name='__main__')")
+
+
 def write_job(tmp: Path, name: str, exit_code: int | None, run: str = "2s") -> Path:
     manifest = job("MxJob", name, {
         "Scheduler": replica("MxJob"),
@@ -81,9 +87,13 @@ def test_submit_wait_of_a_failing_job_exits_1_with_the_reason(
 
 def test_ctrl_c_during_wait_leaves_the_job_running(ns: Namespace, tmp_path: Path) -> None:
     path = write_job(tmp_path, "forever", None)
+    # As from a terminal: Ctrl-C reaches the CLI. A shell without job control starts its
+    # background commands with SIGINT ignored (`make test &`), the children inherit that, and
+    # Python then installs no handler: the SIGINT below would be ignored and the test hang.
+    # The CLI rightly keeps an inherited SIG_IGN (`nohup`), so the child gets a terminal's.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainjobs.cli", "submit", str(path), "--wait", "-n", ns.name,
-         "--kubeconfig", str(ns.plane.kubeconfig)],
+        [sys.executable, "-c", SIGINT_AS_FROM_A_TERMINAL, "submit", str(path), "--wait",
+         "-n", ns.name, "--kubeconfig", str(ns.plane.kubeconfig)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     try:
         seen: list[str] = []
