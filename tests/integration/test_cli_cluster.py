@@ -110,6 +110,9 @@ def test_ctrl_c_during_wait_leaves_the_job_running(ns: Namespace, tmp_path: Path
     finally:
         if proc.poll() is None:
             proc.kill()
+            # Reaped and its pipes closed here: else their ResourceWarnings surface in
+            # whichever test the garbage collector happens to run in.
+            out, err = proc.communicate()
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert "mxjob/forever keeps running on the cluster" in err, err
     assert "Traceback" not in err, err
