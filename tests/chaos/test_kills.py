@@ -4,10 +4,17 @@ duplicates no pod and leaves no orphan."""
 
 from __future__ import annotations
 
+import json
+import time
+from datetime import datetime
+from typing import Any
+
 import pytest
 
 from tests.chaos.harness import ChaosEnv
 from tests.chaos.scenarios import sigkill_storm
+from tests.integration.operator_helpers import condition, job, replica, wait_for
+from trainjobs.testing import pod_histories
 
 pytestmark = pytest.mark.integration
 
@@ -30,3 +37,64 @@ def test_sigkill_storm_200_jobs_20_kills(chaos_env: ChaosEnv) -> None:
         chaos_env, jobs=200, kills=20, budget=400, failing_every=10, backoff=2))
     assert figures.problems() == []
     assert figures.finished == 200
+
+
+def test_a_failed_pod_whose_removal_stalls_is_deleted_again(chaos_env: ChaosEnv) -> None:
+    """The SIGKILL storm's lost jobs: the operator was killed mid-DELETE of a Failed Worker;
+    the API server had set its deletionTimestamp (grace 0) but never removed it, no kubelet
+    finishes such a pod on KWOK, and every later operator waited for it: the job stayed
+    Restarting for ever. A finalizer holds the pod here in the state the operator saw then
+    (Failed, deletionTimestamp, grace 0): the operator deletes it again 10 s later, not in a
+    loop, and once it goes the Worker runs again and the job ends by its backoffLimit."""
+    ns = chaos_env.ns
+    audit0 = chaos_env.plane.audit_offset()
+    chaos_env.operators.start("--log-level", "info")
+    ns.apply(job("MxJob", "held", {
+        "Scheduler": replica("MxJob"), "Server": replica("MxJob"),
+        "Worker": replica("MxJob", exit_code=137, run="4s", restart_policy="ExitCode")},
+        runPolicy={"backoffLimit": 1}))
+    worker = "held-worker-0"
+    first = wait_for(lambda: ns.pod(worker), "the Worker pod")
+    ns.kubectl("patch", "pod", worker, "--type=merge",
+               "-p", json.dumps({"metadata": {"finalizers": [HOLD]}}))
+    def deleting() -> dict[str, Any] | None:
+        pod = ns.pod(worker)
+        return pod if pod is not None and "deletionTimestamp" in pod["metadata"] else None
+
+    held = wait_for(deleting, "the operator's delete of the Failed Worker", timeout=30)
+    assert held["metadata"]["uid"] == first["metadata"]["uid"]
+    assert held["metadata"]["deletionGracePeriodSeconds"] == 0, held["metadata"]
+    assert held["status"]["phase"] == "Failed", held["status"]
+
+    def deletes() -> list[str]:
+        histories = pod_histories(chaos_env.plane.audit_events(audit0), ns.name)
+        return [w.time for w in histories[worker].writes if w.verb == "delete"
+                and w.agent == "operator" and w.uid == first["metadata"]["uid"]]
+
+    times = wait_for(lambda: deletes()[1:] and deletes(), "a second delete", timeout=40)
+    gap = _epoch(times[1]) - _epoch(times[0])
+    # PlannerSettings.unfinished_delete: 10 s after the deletionTimestamp, which the API
+    # server keeps to the second (so up to 1 s before the first delete), not at once.
+    assert gap >= 8.5, times
+    time.sleep(5)  # no loop: a due pod is deleted again when its job is reconciled, not more
+    assert len(deletes()) <= 3, deletes()
+    assert ns.status("MxJob", "held")["state"] == "Restarting"
+
+    ns.kubectl("patch", "pod", worker, "--type=json",
+               "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]')
+    def recreated() -> bool:
+        pod = ns.pod(worker)
+        return pod is not None and pod["metadata"]["uid"] != first["metadata"]["uid"]
+
+    wait_for(recreated, "the Worker created again", timeout=30)
+    status = ns.wait_finished("MxJob", "held", timeout=60)
+    assert status["state"] == "Failed", status
+    failed = condition(status, "Failed")
+    assert failed is not None and failed["reason"] == "BackoffLimitExceeded", status
+
+
+HOLD = "chaos.trainjobs.io/hold"
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
