@@ -4,14 +4,16 @@ and the operator acts again soon after the API server is back."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
 
 import pytest
 
 from tests.chaos.harness import ChaosEnv
 from tests.chaos.scenarios import component_outage, storm_job
-from tests.integration.operator_helpers import wait_for
+from tests.integration.operator_helpers import Namespace, wait_for
 from trainjobs.testing import ControlPlaneError
 
 pytestmark = pytest.mark.integration
@@ -60,3 +62,51 @@ def test_a_component_that_dies_is_named_with_its_log(chaos_env: ChaosEnv) -> Non
     chaos_env.operators.start()
     chaos_env.ns.create(storm_job("after", workers=1, run="1s"))
     chaos_env.ns.wait_condition("MxJob", "after", "Succeeded", timeout=60)
+
+
+def test_a_pod_transition_kwok_dropped_is_played_after_an_etcd_restart(
+    chaos_env: ChaosEnv,
+) -> None:
+    """The harness, not the operator (docs/control-plane.md, "Outages and the audit log"):
+    KWOK v0.8.0 drops a pod's stage when its status patch fails with a 500, as it does while
+    etcd is down, and nothing plays it again: a Worker stayed bound and Pending for good and
+    the etcd outage scenario lost its job. A webhook that cannot be reached gives KWOK the
+    same 500 here, deterministically; after the next etcd restart (which, unlike an API
+    server restart, leaves KWOK's watches open) the harness's KWOK resync must bring the pod
+    to Running."""
+    plane, ns = chaos_env.plane, chaos_env.ns
+    webhook = f"refuse-pod-status-{ns.name}"
+    plane.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": webhook},
+        "webhooks": [{
+            "name": "refuse.chaos.trainjobs.io",
+            "clientConfig": {"url": "https://127.0.0.1:1/refuse"},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                       "resources": ["pods/status"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+            "failurePolicy": "Fail", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "timeoutSeconds": 1,
+        }],
+    }))
+    try:
+        time.sleep(2)  # the API server picks the webhook up
+        ns.kubectl("create", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stalled"},
+            "spec": {"nodeName": plane.node_names[0],
+                     "containers": [{"name": "c", "image": "example.invalid/c:1"}]}}))
+        time.sleep(3)
+        assert _phase(ns, "stalled") == "Pending"
+    finally:
+        plane.kubectl("delete", "validatingwebhookconfiguration", webhook)
+    time.sleep(3)
+    assert _phase(ns, "stalled") == "Pending", "KWOK played the dropped stage by itself"
+    plane.restart("etcd", down=0, timeout=120)
+    wait_for(lambda: _phase(ns, "stalled") == "Running", "the pod Running after the restart",
+             timeout=30)
+
+
+def _phase(ns: Namespace, name: str) -> str:
+    pod = ns.pod(name)
+    return "" if pod is None else str((pod.get("status") or {}).get("phase", ""))

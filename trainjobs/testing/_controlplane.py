@@ -19,6 +19,7 @@ default/default present (the controller manager runs), scheduler ``/readyz`` ok.
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import os
 import re
@@ -492,7 +493,8 @@ class ControlPlane:
         outages): after those, every other component gets ``timeout`` seconds to be healthy
         again, and one that exited meanwhile is started again (kube-scheduler v1.36 exits with
         "Scheduler cache is corrupted" on some API server restarts) and recorded in
-        :attr:`healed`. Returns the names of the components so healed."""
+        :attr:`healed`; KWOK is restarted in any case (:meth:`_resync_kwok`). Returns the
+        names of the components so healed."""
         self.kill(component, sig)
         if down > 0:
             time.sleep(down)
@@ -506,7 +508,33 @@ class ControlPlane:
                     self.healed.append(f"after a {component} restart: {line}")
                     healed.append(name)
                     self.start_component(name, timeout)
+            if "kwok" in self._commands and "kwok" not in healed:
+                self._resync_kwok(timeout)
         return healed
+
+    def _resync_kwok(self, timeout: float) -> None:
+        """Restart KWOK so it plays every pod's stage again, as a kubelet's status sync would.
+
+        Why: a kubelet retries a failed status update on its next sync; KWOK v0.8.0 retries a
+        stage's patch only after connection refused, a timeout, 503 or 429 (`shouldRetry`)
+        and drops it on anything else - such as the 500 ("rpc error: code = Unavailable") of
+        an API server whose etcd has just gone. The pod then stays where it was (seen: a
+        Worker bound to its node, Pending for good, its job lost to the chaos suite's etcd
+        outage) and nothing replays the stage, since nothing changes the pod again. A fresh
+        KWOK lists every pod and plays what is due; `last_start` keeps the outage's times."""
+        times = self.last_start
+        api = self.api()
+        deadline = time.monotonic() + timeout
+        # After an etcd restart the API server answers /readyz while its watch cache still
+        # refuses lists (429 "storage is (re)initializing"): a KWOK started then backs off.
+        for path in ("/api/v1/nodes?limit=1", "/api/v1/pods?limit=1"):
+            self._wait(functools.partial(ok, api, path), f"{path} after the restart", deadline)
+        self.kill("kwok")
+        # A KWOK manages a node only once it holds the node's Lease: the dead one's would
+        # keep the new one waiting for --node-lease-duration-seconds (40 s).
+        self.kubectl("delete", "leases", "-n", "kube-node-lease", "--all", "--wait=false")
+        self.start_component("kwok", timeout)
+        self.last_start = times
 
     # -- audit log --------------------------------------------------------------------------
 
