@@ -103,3 +103,18 @@ def test_a_pod_deleted_again_is_one_removal_and_is_counted_as_deleted_again() ->
     assert history.duplicates() == 1
     assert pod_histories(events[:4], "ns")["w-0"].duplicates() == 0
     assert pod_histories(events[:2], "ns")["w-0"].deleted_again() == 0
+
+
+def test_a_kubelet_delete_answered_504_while_a_deletion_is_unfinished_was_asked_for() -> None:
+    # The API server just back answers 504 to KWOK finishing the operator's graceful delete;
+    # KWOK tries again. Seen in the API server outage scenario: 4 such "unasked" deletes.
+    events = [
+        event("create", "s-0", OP, 201),
+        event("delete", "s-0", OP, uid="a", phase="Running"),
+        event("delete", "s-0", KWOK, code=504),  # finishing a's deletion, answer lost
+        event("delete", "s-0", KWOK, uid="a", phase="Running"),
+        event("create", "s-0", OP, 201),
+        event("delete", "s-0", KWOK, code=504),  # nothing unfinished: nobody asked
+    ]
+    history = pod_histories(events, "ns")["s-0"]
+    assert [(w.uid, w.code) for w in history.unasked_deletes()] == [("", 504)]

@@ -173,20 +173,26 @@ class PodHistory:
         uid) that no one else had deleted first, or of nothing at all (a 404: a delete by name
         aimed at a pod that was already gone, which could as well have hit its successor). A
         kubelet only finishes the deletions others start. A delete by another whose answer was
-        lost (5xx: it may have started the deletion) accounts for the next one of ``by``."""
+        lost (5xx: it may have started the deletion) accounts for the next one of ``by``; one
+        of ``by`` whose answer was lost (its pod unknown, e.g. a 504 from an API server just
+        back) is asked for while a deletion another started is still unfinished."""
         asked = {w.uid for w in self.writes if w.verb == "delete" and w.agent != by and w.uid}
         out: list[PodWrite] = []
         blind = 0  # deletes by others whose answer was lost (5xx): the pod is unknown
+        unfinished: set[str] = set()  # pods others deleted that ``by`` has not finished yet
         for w in self.writes:
             if w.verb != "delete":
                 continue
+            lost = w.code >= 500 or w.code == 0
             if w.agent != by:
-                blind += int(w.code >= 500 or w.code == 0)
+                blind += int(lost)
+                if w.code == 200 and w.uid:
+                    unfinished.add(w.uid)
             elif w.code == 200 and w.uid in asked:
-                continue
+                unfinished.discard(w.uid)
             elif w.code == 200 and blind:
                 blind -= 1
-            else:
+            elif not (lost and unfinished):
                 out.append(w)
         return out
 
