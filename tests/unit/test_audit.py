@@ -118,3 +118,19 @@ def test_a_kubelet_delete_answered_504_while_a_deletion_is_unfinished_was_asked_
     ]
     history = pod_histories(events, "ns")["s-0"]
     assert [(w.uid, w.code) for w in history.unasked_deletes()] == [("", 504)]
+
+
+def test_a_second_kubelet_delete_finding_nothing_right_after_it_finished_one_is_asked() -> None:
+    # KWOK queued its delete stage twice for a pod that changed while being deleted: the
+    # second delete finds nothing (404). Only after a new create could it have hit the
+    # successor, which is the harness defect these figures watch for (issue 15.8).
+    events = [
+        event("create", "s-0", OP, 201),
+        event("delete", "s-0", OP, uid="a", phase="Pending"),
+        event("delete", "s-0", KWOK, uid="a", phase="Running"),
+        event("delete", "s-0", KWOK, code=404),  # the same deletion, queued twice
+        event("create", "s-0", OP, 201),
+        event("delete", "s-0", KWOK, code=404),  # after a create: could have hit it
+    ]
+    history = pod_histories(events, "ns")["s-0"]
+    assert [(w.uid, w.code) for w in history.unasked_deletes()] == [("", 404)]

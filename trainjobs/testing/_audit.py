@@ -175,12 +175,18 @@ class PodHistory:
         kubelet only finishes the deletions others start. A delete by another whose answer was
         lost (5xx: it may have started the deletion) accounts for the next one of ``by``; one
         of ``by`` whose answer was lost (its pod unknown, e.g. a 504 from an API server just
-        back) is asked for while a deletion another started is still unfinished."""
+        back) is asked for while a deletion another started is still unfinished, and so is a
+        404 of ``by`` right after it finished an asked deletion with no create between (KWOK
+        queues the delete stage twice when a pod changes as it is deleted: the second finds
+        nothing; only one after a new create could have hit the successor)."""
         asked = {w.uid for w in self.writes if w.verb == "delete" and w.agent != by and w.uid}
         out: list[PodWrite] = []
         blind = 0  # deletes by others whose answer was lost (5xx): the pod is unknown
         unfinished: set[str] = set()  # pods others deleted that ``by`` has not finished yet
+        finished = False  # ``by`` finished an asked deletion since the last create
         for w in self.writes:
+            if w.verb == "create":
+                finished = False
             if w.verb != "delete":
                 continue
             lost = w.code >= 500 or w.code == 0
@@ -190,9 +196,10 @@ class PodHistory:
                     unfinished.add(w.uid)
             elif w.code == 200 and w.uid in asked:
                 unfinished.discard(w.uid)
+                finished = True
             elif w.code == 200 and blind:
                 blind -= 1
-            elif not (lost and unfinished):
+            elif not (lost and unfinished) and not (w.code == 404 and finished):
                 out.append(w)
         return out
 
