@@ -65,3 +65,19 @@ def test_the_job_says_it_waits_for_quota_and_is_not_failed() -> None:
     created = next(c for c in w.status.conditions if c.type.value == "Created")
     assert (created.status, created.reason) == ("True", "JobCreated")
     assert w.status.replica_statuses["Worker"].pending_reason == ""
+
+
+def test_a_job_that_finishes_while_a_quota_refuses_some_replicas_says_so_no_longer() -> None:
+    """Seen in CI: a quota of one pod let the MxJob's Workers in one by one (each freed the
+    slot when it ended) while it kept refusing the scheduler and server; the job Succeeded and
+    its Created condition went on saying QuotaExceeded, as if it still waited."""
+    w = World.of(mx_doc(workers=2))
+    _plan(w, "")
+    for name in ("mx-scheduler-0", "mx-server-0"):
+        w.remove(name)  # never admitted by the quota
+    w.succeed("mx-worker-0", "mx-worker-1")
+    _plan(w, REFUSED)
+    assert w.state == "Succeeded", w.status
+    created = next(c for c in w.status.conditions if c.type.value == "Created")
+    assert (created.status, created.reason) == ("True", "JobCreated"), created
+    assert all(r.pending_reason == "" for r in w.status.replica_statuses.values()), w.status

@@ -232,8 +232,13 @@ def plan(
             _requeue(state.plan, (ends - now).total_seconds())
 
     state.status["countedFailures"] = sorted(new_counted | state.lost_uids)
-    _replica_statuses(state, pods, outcomes, restarts, spec_types)
     done = state.failure is None and succeeded(outcomes)
+    if state.failure is not None or done:
+        # A finished job creates nothing more, so it waits for no quota: its Created
+        # condition and pendingReasons must not go on saying it does.
+        state.create_refused = ""
+        _created_reason(state)
+    _replica_statuses(state, pods, outcomes, restarts, spec_types)
     if state.failure is not None or done:
         # A finished job's pods are cleanPodPolicy's to delete (next pass), not recreation's:
         # keep the failed pods that were to be recreated (cleanPodPolicy None keeps them all),

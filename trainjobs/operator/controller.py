@@ -366,6 +366,7 @@ class Controller:
         finished = status.state in ("Succeeded", "Failed")
         desired = await self._desired(parsed, job, finished)
         if finished:
+            self.create_gate.clear(key)  # it creates nothing more: no quota to wait for
             # Nor is its validated spec kept (about 9 KiB of models per job): the rare event
             # that still reaches a finished job parses it again.
             self._parsed.pop(key, None)
