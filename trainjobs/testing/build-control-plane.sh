@@ -14,6 +14,8 @@
 # test sessions starting at once build once). The last line of stdout is the bin dir.
 # Measured figures (cold and warm build, disk) are in docs/control-plane.md.
 set -euo pipefail
+# shellcheck source=_gobuild.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_gobuild.sh"
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
@@ -27,25 +29,7 @@ have_all() {
   [ -d "$DEST/kwok-stages" ] || return 1
 }
 
-if have_all; then
-  echo "control plane already built: $BIN"
-  echo "$BIN"
-  exit 0
-fi
-
-mkdir -p "$DEST"
-exec 9>"$DEST/.build.lock"
-if ! flock -n 9; then
-  echo "another build of $DEST is running; waiting for it" >&2
-  flock 9
-fi
-if have_all; then
-  echo "control plane built by another run: $BIN"
-  echo "$BIN"
-  exit 0
-fi
-
-command -v go >/dev/null || { echo "error: 'go' is required to build the control plane" >&2; exit 1; }
+gobuild_begin "control plane" "$DEST" "$BIN"
 start=$(date +%s)
 PARTIAL="$DEST/bin.partial"
 rm -rf "$PARTIAL" "$BIN"
@@ -87,19 +71,12 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
-export GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0
-export GOTOOLCHAIN=local
 t0=$(date +%s)
 go mod tidy >/dev/null 2>&1 || go mod tidy
 echo "  resolved modules (go mod tidy) in $(( $(date +%s) - t0 ))s"
 
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
+ldflags=$(k8s_version_ldflags "$K8S_VERSION" "$minor")
 
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   t0=$(date +%s)
@@ -117,10 +94,7 @@ echo "  built kwok in $(( $(date +%s) - t0 ))s"
 kwok_src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
 rm -rf "$DEST/kwok-stages"; cp -r "$kwok_src" "$DEST/kwok-stages"; chmod -R u+w "$DEST/kwok-stages"
 
-# Each binary must report the pinned version (a missing -X flag shows up as v0.0.0). The
-# output is read whole before grep: `cmd | grep -q` under pipefail fails at random when grep
-# exits at its first match and cmd dies of SIGPIPE writing its next line (etcd prints four).
-reports() { "$@" 2>&1 || true; }
+# Each binary must report the pinned version (a missing -X flag shows up as v0.0.0).
 for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
   v=$(reports "$PARTIAL/$cmd" --version)
   grep -qF "Kubernetes $K8S_VERSION" <<<"$v" \

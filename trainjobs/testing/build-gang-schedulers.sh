@@ -15,6 +15,8 @@
 # end. The last line of stdout is the scheduler's dir (bin/ and crds/ under it).
 # Measured figures (cold build, disk) are in docs/scheduling.md.
 set -euo pipefail
+# shellcheck source=_gobuild.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_gobuild.sh"
 
 which="${1:-}"
 SCHEDULER_PLUGINS_VERSION="${SCHEDULER_PLUGINS_VERSION:-v0.34.7}"
@@ -35,11 +37,7 @@ case "$which" in
     # plane: stamped with scheduler-plugins' own v0.34.7, as its Makefile does, the scheduler
     # refuses to start ("emulation version 0.34 is not between [1.31, 0.34.0]").
     K8S="v1.34.7"
-    LDFLAGS="-s -w"
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      LDFLAGS+=" -X $pkg.gitVersion=$K8S -X $pkg.gitMajor=1 -X $pkg.gitMinor=34"
-      LDFLAGS+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-    done
+    LDFLAGS=$(k8s_version_ldflags "$K8S" 34)
     # The Go module proxy here refuses these staging modules at v0.34.5-v0.34.7 (403 "not
     # available"), and Go needs the go.mod of every module in the graph: pin them to the
     # nearest patch that answers for all of them. Only csi-translation-lib is compiled in.
@@ -73,25 +71,7 @@ have_all() {
   [ -d "$DEST/crds" ] || return 1
 }
 
-if have_all; then
-  echo "$which already built: $DEST"
-  echo "$DEST"
-  exit 0
-fi
-
-mkdir -p "$DEST"
-exec 9>"$DEST/.build.lock"
-if ! flock -n 9; then
-  echo "another build of $DEST is running; waiting for it" >&2
-  flock 9
-fi
-if have_all; then
-  echo "$which built by another run: $DEST"
-  echo "$DEST"
-  exit 0
-fi
-
-command -v go >/dev/null || { echo "error: 'go' is required to build $which" >&2; exit 1; }
+gobuild_begin "$which" "$DEST" "$DEST"
 start=$(date +%s)
 PARTIAL="$DEST/bin.partial"
 rm -rf "$PARTIAL" "$BIN" "$DEST/crds" "$DEST/crds.partial"
@@ -100,9 +80,6 @@ work="$DEST/build"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
-export GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0
-export GOTOOLCHAIN=local
 
 echo "building $MODULE $VERSION ($which) into $BIN"
 t0=$(date +%s)
@@ -136,11 +113,10 @@ for c in "${CMDS[@]}"; do
   echo "  built ${c%%=*} in $(( $(date +%s) - t0 ))s"
 done
 
-# Each binary must report the pinned version. (Read into a variable first: `cmd | grep -q`
-# under pipefail fails when grep exits before cmd has written everything, SIGPIPE.)
+# Each binary must report the pinned version.
 case "$which" in
-  coscheduling) reported=$("$PARTIAL/kube-scheduler" --version); want="Kubernetes $K8S" ;;
-  volcano) reported=$("$PARTIAL/vc-scheduler" --version); want="Version: $VERSION" ;;
+  coscheduling) reported=$(reports "$PARTIAL/kube-scheduler" --version); want="Kubernetes $K8S" ;;
+  volcano) reported=$(reports "$PARTIAL/vc-scheduler" --version); want="Version: $VERSION" ;;
 esac
 [[ "$reported" == *"$want"* ]] \
   || { echo "error: $which reports '$reported', not '$want'" >&2; exit 1; }
