@@ -174,7 +174,6 @@ def plan(
         state.status["startTime"] = _iso(now)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
-    _created_reason(state)
 
     outcomes: list[ReplicaOutcome] = []
     counted = set(old.counted_failures)
@@ -233,13 +232,14 @@ def plan(
 
     state.status["countedFailures"] = sorted(new_counted | state.lost_uids)
     done = state.failure is None and succeeded(outcomes)
-    if state.failure is not None or done:
+    finished = state.failure is not None or done
+    if finished:
         # A finished job creates nothing more, so it waits for no quota: its Created
         # condition and pendingReasons must not go on saying it does.
         state.create_refused = ""
-        _created_reason(state)
+    _created_reason(state)
     _replica_statuses(state, pods, outcomes, restarts, spec_types)
-    if state.failure is not None or done:
+    if finished:
         # A finished job's pods are cleanPodPolicy's to delete (next pass), not recreation's:
         # keep the failed pods that were to be recreated (cleanPodPolicy None keeps them all),
         # and do not announce recreations that will not happen.
@@ -264,7 +264,7 @@ def plan(
         state.plan.requeue_after = 0.0
     else:
         _progress(state, outcomes)
-    if state.failure is not None or done:
+    if finished:
         state.status["replicaSummary"] = _summary(job, state.status["replicaStatuses"],
                                                   finished=True)
     state.plan.status = _build_status(state, old)
