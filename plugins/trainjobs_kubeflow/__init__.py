@@ -19,13 +19,14 @@ from `Framework.group`/`version`, the status fields from `Framework.status_model
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field
 from trainjobs_mxnet import MxNetPlugin
-from trainjobs_tensorflow import TensorFlowPlugin, master_replica
+from trainjobs_tensorflow import TensorFlowPlugin
 
 from trainjobs.plugin import (
     Condition,
@@ -44,8 +45,8 @@ from trainjobs.plugin import (
     hookimpl,
 )
 
-__all__ = ["GROUP", "KUBEFLOW_LABELS", "MXJOB", "TFJOB", "KubeflowJobStatus", "MXJobSpec",
-           "TFJobSpec", "plugin"]
+__all__ = ["GROUP", "KUBEFLOW_LABELS", "MXJOB", "SERVED", "TFJOB", "KubeflowJobStatus",
+           "MXJobSpec", "ServedKind", "TFJobSpec", "kubeflow_labels", "latest_time", "plugin"]
 
 GROUP = "kubeflow.org"
 VERSION = "v1"
@@ -113,7 +114,20 @@ MXJOB = Framework(
     description="Kubeflow's MXJob (kubeflow.org/v1), reconciled by trainjobs.",
     group=GROUP, version=VERSION, status_model=KubeflowJobStatus,
 )
-OPERATOR_NAMES = {TFJOB.kind: "tfjob-controller", MXJOB.kind: "mxjob-controller"}
+
+
+def _tf_is_master(job: Job, replica: Replica) -> bool:
+    """training-operator's TFJob IsMasterRole: the Chief/Master when the spec has one (by key,
+    whatever its replicas), else Worker 0 — whatever the successPolicy."""
+    specs = job.spec.replica_specs
+    if "Chief" in specs or "Master" in specs:
+        return replica.type in ("Chief", "Master")
+    return replica.type == "Worker" and replica.index == 0
+
+
+def _mx_is_master(job: Job, replica: Replica) -> bool:
+    """training-operator's MXJob IsMasterRole (v1.7-v1.8; MXJob left in v1.9): every Server."""
+    return replica.type == "Server"
 
 
 class KubeflowTFJobPlugin(TensorFlowPlugin):
@@ -135,57 +149,99 @@ class KubeflowMXJobPlugin(MxNetPlugin):
         return []
 
 
-class KubeflowPlugin:
-    """Both kinds behind one entry point: each hook goes to the kind's part, plus Kubeflow's
-    pod labels and status fields for both."""
+@dataclass(frozen=True)
+class ServedKind:
+    """What differs between the served kinds, in one place: the trainjobs plugin that gives
+    the kind its semantics, the `operator-name` label training-operator's controller writes,
+    and which pods it labels `job-role: master`."""
 
-    def __init__(self) -> None:
-        self.parts: dict[str, FrameworkPlugin] = {
-            TFJOB.kind: KubeflowTFJobPlugin(), MXJOB.kind: KubeflowMXJobPlugin()}
+    part: FrameworkPlugin
+    operator_name: str
+    is_master: Callable[[Job, Replica], bool]
+
+    @property
+    def framework(self) -> Framework:
+        return self.part.framework
+
+
+SERVED: dict[str, ServedKind] = {
+    TFJOB.kind: ServedKind(KubeflowTFJobPlugin(), "tfjob-controller", _tf_is_master),
+    MXJOB.kind: ServedKind(KubeflowMXJobPlugin(), "mxjob-controller", _mx_is_master),
+}
+
+
+def kubeflow_labels(job: Job, replica: Replica, served: ServedKind) -> dict[str, str]:
+    """The labels training-operator puts on a replica's Service (GenLabels plus replica type
+    and index); its pods get `job-role` besides."""
+    return {f"{LABEL_PREFIX}operator-name": served.operator_name,
+            f"{LABEL_PREFIX}job-name": job.name,
+            f"{LABEL_PREFIX}replica-type": replica.type_lower,
+            f"{LABEL_PREFIX}replica-index": str(replica.index)}
+
+
+def latest_time(status: Mapping[str, Any]) -> str | None:
+    """The latest timestamp the status carries (its conditions' transitions, startTime,
+    completionTime): when the operator last changed the job's state. RFC 3339 UTC strings
+    ("...Z" or "+00:00") compare by their instant."""
+    stamps = [c.get("lastTransitionTime") for c in status.get("conditions") or []]
+    stamps += [status.get("startTime"), status.get("completionTime")]
+    parsed = [datetime.fromisoformat(str(s).replace("Z", "+00:00")) for s in stamps if s]
+    if not parsed:
+        return None
+    return max(parsed).astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class KubeflowPlugin:
+    """Both kinds behind one entry point: each hook goes to the kind's `ServedKind`, plus
+    Kubeflow's pod labels and status fields for both."""
 
     @hookimpl
     def trainjobs_frameworks(self) -> Sequence[Framework]:
-        return [TFJOB, MXJOB]
+        return [served.framework for served in SERVED.values()]
 
     @hookimpl
     def trainjobs_validate(self, job: Job, framework: Framework) -> Sequence[SpecError] | None:
-        part = self.parts.get(job.kind)
-        return part.validate(job) if part is not None else None
+        served = SERVED.get(job.kind)
+        return served.part.validate(job) if served is not None else None
 
     @hookimpl
     def trainjobs_replica_env(self, job: Job, replica: Replica,
                               ctx: RenderContext) -> ReplicaEnv | None:
-        part = self.parts.get(job.kind)
-        return part.replica_env(job, replica, ctx) if part is not None else None
+        served = SERVED.get(job.kind)
+        return served.part.replica_env(job, replica, ctx) if served is not None else None
 
     @hookimpl
     def trainjobs_job_succeeded(self, job: Job, framework: Framework,
                                 outcomes: Sequence[ReplicaOutcome]) -> bool | None:
-        part = self.parts.get(job.kind)
-        return part.succeeded(job, outcomes) if part is not None else None
+        served = SERVED.get(job.kind)
+        return served.part.succeeded(job, outcomes) if served is not None else None
 
     @hookimpl
     def trainjobs_adjust_pod(self, job: Job, replica: Replica, pod: dict[str, Any],
                              ctx: RenderContext) -> None:
-        if job.kind not in self.parts:
+        served = SERVED.get(job.kind)
+        if served is None:
             return
         labels = pod["metadata"]["labels"]
-        labels[f"{LABEL_PREFIX}job-name"] = job.name
-        labels[f"{LABEL_PREFIX}replica-type"] = replica.type_lower
-        labels[f"{LABEL_PREFIX}replica-index"] = str(replica.index)
-        labels[f"{LABEL_PREFIX}operator-name"] = OPERATOR_NAMES[job.kind]
-        if job.kind == TFJOB.kind and replica == master_replica(job):
+        labels.update(kubeflow_labels(job, replica, served))
+        if served.is_master(job, replica):
             labels[f"{LABEL_PREFIX}job-role"] = "master"
 
     @hookimpl
     def trainjobs_adjust_status(self, job: Job, framework: Framework,
                                 status: dict[str, Any]) -> None:
-        if job.kind not in self.parts:
+        """Deterministic, as every hook: the times come from the status itself.
+        `lastReconcileTime` is the status's latest transition (training-operator sets it only
+        while a PodGroup holds pod creation back); a condition's `lastUpdateTime` is its
+        `lastTransitionTime` (trainjobs rewrites a condition only when it changes)."""
+        if job.kind not in SERVED:
             return
-        now = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        status["lastReconcileTime"] = now
+        latest = latest_time(status)
+        if latest is not None:
+            status["lastReconcileTime"] = latest
         for condition in status.get("conditions") or []:
-            condition.setdefault("lastUpdateTime", condition.get("lastTransitionTime", now))
+            if condition.get("lastTransitionTime"):
+                condition.setdefault("lastUpdateTime", condition["lastTransitionTime"])
 
 
 plugin = KubeflowPlugin()

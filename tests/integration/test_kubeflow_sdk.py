@@ -147,15 +147,17 @@ def test_failing_tfjob_is_failed_for_the_sdk(sdk: TrainingClient, bare_ns: Names
              timeout=60)
 
 
-def _mxjob(name: str, mode: str, workers: int) -> KubeflowOrgV1MXJob:
-    """Scheduler and Server run on; the Workers exit 0. The SDK's model needs run_policy."""
+def _mxjob(name: str, mode: str, workers: int, worker_exit: int = 0,
+           run_policy: KubeflowOrgV1RunPolicy | None = None) -> KubeflowOrgV1MXJob:
+    """Scheduler and Server run on; the Workers exit `worker_exit`. The SDK's model needs
+    run_policy."""
     return KubeflowOrgV1MXJob(
         api_version="kubeflow.org/v1", kind="MXJob", metadata=V1ObjectMeta(name=name),
         spec=KubeflowOrgV1MXJobSpec(
-            job_mode=mode, run_policy=KubeflowOrgV1RunPolicy(),
+            job_mode=mode, run_policy=run_policy or KubeflowOrgV1RunPolicy(),
             mx_replica_specs={"Scheduler": _replica("mxnet", 1, None),
-                              "Server": _replica("mxnet", 1, None),
-                              "Worker": _replica("mxnet", workers, 0)}))
+                              "Server": _replica("mxnet", 2, None),
+                              "Worker": _replica("mxnet", workers, worker_exit)}))
 
 
 @MX
@@ -166,6 +168,7 @@ def test_mxjob_through_the_kubeflow_sdk(sdk: TrainingClient, bare_ns: Namespace)
     job: Any = sdk.wait_for_job_conditions(name, ns, job_kind="MXJob", timeout=120,
                                            polling_interval=POLL)
     assert sdk.is_job_succeeded(name, ns, job_kind="MXJob")
+    assert not sdk.is_job_failed(name, ns, job_kind="MXJob")
     assert job.status.replica_statuses["Worker"].succeeded == 2
     # trainjobs' default cleanPodPolicy (Running) deleted the scheduler and server.
     assert sorted(sdk.get_job_pod_names(name, ns)) == ["mx-worker-0", "mx-worker-1"]
@@ -183,3 +186,30 @@ def test_mxtune_is_refused_with_the_reason(sdk: TrainingClient, bare_ns: Namespa
                                            polling_interval=POLL)
     [failed] = [c for c in job.status.conditions if c.type == "Failed"]
     assert failed.reason == "InvalidSpec" and "MXTune" in failed.message
+
+
+@MX
+def test_failing_mxjob_is_failed_for_the_sdk(sdk: TrainingClient, bare_ns: Namespace) -> None:
+    """A Worker exits 1: Failed for the SDK; with cleanPodPolicy None the pods stay, and
+    `get_job_pods(is_master=True)` finds the Servers, as training-operator labels them."""
+    ns, name = bare_ns.name, "mxbroken"
+    sdk.create_job(job=_mxjob(name, "MXTrain", 1, worker_exit=1, run_policy=(
+        KubeflowOrgV1RunPolicy(clean_pod_policy="None", backoff_limit=0))), namespace=ns)
+    job: Any = sdk.wait_for_job_conditions(name, ns, job_kind="MXJob",
+                                           expected_conditions={"Failed"}, timeout=120,
+                                           polling_interval=POLL)
+    assert sdk.is_job_failed(name, ns, job_kind="MXJob")
+    assert not sdk.is_job_succeeded(name, ns, job_kind="MXJob")
+    [failed] = [c for c in job.status.conditions if c.type == "Failed"]
+    assert "exit code 1" in failed.message, failed.message
+    masters = sdk.get_job_pods(name, ns, is_master=True)
+    assert sorted(p.metadata.name for p in masters) == ["mxbroken-server-0", "mxbroken-server-1"]
+    assert {p.metadata.labels["training.kubeflow.org/operator-name"] for p in masters} == {
+        "mxjob-controller"}
+    [worker] = sdk.get_job_pods(name, ns, replica_type="worker", replica_index=0)
+    assert worker.metadata.name == "mxbroken-worker-0"
+    assert sorted(sdk.get_job_pod_names(name, ns, replica_type="scheduler")) == [
+        "mxbroken-scheduler-0"]
+    sdk.delete_job(name, ns, job_kind="MXJob")
+    wait_for(lambda: _pods_gone(bare_ns, name), "the job's pods and Services deleted",
+             timeout=60)

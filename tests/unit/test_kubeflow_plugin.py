@@ -91,7 +91,30 @@ def test_kubeflow_manifest_read_as_it_is_same_environment_as_converted(
         assert pod["metadata"]["ownerReferences"][0]["apiVersion"] == "kubeflow.org/v1"
     roles = [n for n, p in served.items()
              if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == "master"]
-    assert roles == ([] if job.kind == "MXJob" else [next(iter(served))])
+    # training-operator's IsMasterRole: MXJob every Server; TFJob the Chief, else Worker 0.
+    expected_roles = ([n for n in served if "-server-" in n] if job.kind == "MXJob"
+                      else [next(iter(served))])
+    assert roles == expected_roles and roles
+
+
+@pytest.mark.parametrize(("specs", "masters"), [
+    ({"Chief": 1, "Worker": 2}, ["t-chief-0"]),
+    ({"Master": 1, "Worker": 2, "PS": 1}, ["t-master-0"]),
+    ({"Chief": 0, "Worker": 2}, []),  # a Chief key decides, even with no replicas
+    ({"Worker": 2, "PS": 1}, ["t-worker-0"]),
+])
+def test_tfjob_master_role_as_training_operator(enabled: PluginManager, specs: dict[str, int],
+                                                masters: list[str]) -> None:
+    doc = yaml.safe_load((FIXTURES / "tfjob-v1-simple.yaml").read_text())
+    worker = doc["spec"]["tfReplicaSpecs"]["Worker"]
+    doc["metadata"]["name"] = "t"
+    doc["spec"]["tfReplicaSpecs"] = {k: {**copy.deepcopy(worker), "replicas": n}
+                                     for k, n in specs.items()}
+    doc["spec"]["successPolicy"] = "AllWorkers"  # no matter for the label
+    [job] = split_jobs([doc], enabled).jobs
+    pods = _pods(render(job, enabled).manifests())
+    assert [n for n, p in pods.items()
+            if p["metadata"]["labels"].get("training.kubeflow.org/job-role")] == masters
 
 
 def test_refusals_in_kubeflows_terms(enabled: PluginManager) -> None:
@@ -118,11 +141,24 @@ def test_status_gets_kubeflows_fields(enabled: PluginManager) -> None:
     [job] = split_jobs(read_documents(FIXTURES / "tfjob-v1-simple.yaml"), enabled).jobs
     framework = enabled.framework_for("TFJob")
     assert framework is not None
-    status: dict[str, Any] = {"state": "Running", "conditions": [
-        {"type": "Created", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    status: dict[str, Any] = {"state": "Running", "startTime": "2026-01-01T00:00:01Z",
+                              "conditions": [
+        {"type": "Created", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Running", "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z"}]}
+    again = copy.deepcopy(status)
     enabled.adjust_status(job, framework, status)
-    assert status["conditions"][0]["lastUpdateTime"] == "2026-01-01T00:00:00Z"
-    assert status["lastReconcileTime"].endswith("Z") and status["state"] == "Running"
+    assert [c["lastUpdateTime"] for c in status["conditions"]] == [
+        "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z"]
+    # The hook's determinism rule: the time comes from the status, not the clock.
+    assert status["lastReconcileTime"] == "2026-01-01T00:00:05Z" and status["state"] == "Running"
+    enabled.adjust_status(job, framework, again)
+    assert again == status
+    ended = {"completionTime": "2026-01-01T01:00:00+00:00", "conditions": []}
+    enabled.adjust_status(job, framework, ended)
+    assert ended["lastReconcileTime"] == "2026-01-01T01:00:00Z"
+    empty: dict[str, Any] = {"conditions": []}
+    enabled.adjust_status(job, framework, empty)
+    assert empty == {"conditions": []}  # no time known: none invented
     other: dict[str, Any] = {"state": "Running"}
     plugin.trainjobs_adjust_status(job=job.model_copy(update={"kind": "TfJob"}),
                                    framework=framework, status=other)
