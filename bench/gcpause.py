@@ -47,9 +47,9 @@ def run_variant(variant: str, jobs: int, active: int, events: int,
     from bench.memory import api_job, api_object, tfjob_framework
     from trainjobs.core.render import render_job
     from trainjobs.core.validation import parse_job
+    from trainjobs.kube import LIST_PAGE_SIZE as PAGE
     from trainjobs.operator.cache import PackedRender, reduce_job, reduce_owned
     from trainjobs.operator.gcfreeze import install_gc_freeze
-    from trainjobs.operator.kube import LIST_PAGE_SIZE as PAGE
 
     plugins, framework, containers = tfjob_framework()
 

@@ -24,7 +24,7 @@ from trainjobs.client import (
     progress,
 )
 from trainjobs.errors import SpecInvalid
-from trainjobs.operator.kube import ApiConflict
+from trainjobs.kube import ApiConflict
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from trainjobs.operator.informer import Backoff, Informer
-from trainjobs.operator.kube import ApiConnectionError, Resource, WatchDropped
-from trainjobs.operator.reachability import Reachability
+from trainjobs.kube import ApiConnectionError, Reachability, Resource, WatchDropped
+from trainjobs.kube.informer import Backoff, Informer
 
 #: What docs/operator.md promises: back within a second of the API server answering.
 RECONNECT_WITHIN = 1.0

@@ -3,7 +3,7 @@
 Why this shape: it speaks the project's pydantic `Job` model in and out and validates a job
 with the installed plugins before it reaches the API server (every problem, with its field
 path, at once); it talks to Kubernetes only through the operator's own connection code
-(`trainjobs.operator.kube`: `connect`, `Kube`, the typed API errors), so kubeconfig handling,
+(`trainjobs.kube`: `connect`, `Kube`, the typed API errors), so kubeconfig handling,
 timeouts and error classes are the operator's, not a second client stack's. The connection is
 made on first use, so constructing a client never blocks a notebook cell.
 """
@@ -34,7 +34,7 @@ from trainjobs.client.views import JobEvent, PodInfo, replica_names
 from trainjobs.core.render import LABEL_JOB_NAME
 from trainjobs.core.validation import parse_job, split_jobs
 from trainjobs.errors import SpecInvalid
-from trainjobs.operator.kube import (
+from trainjobs.kube import (
     EVENTS,
     PODS,
     ApiBadRequest,

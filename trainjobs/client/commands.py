@@ -28,8 +28,8 @@ from trainjobs.client.errors import (
 from trainjobs.client.follow import Display, follow
 from trainjobs.client.views import progress
 from trainjobs.errors import SpecInvalid
+from trainjobs.kube import ApiError
 from trainjobs.local.output import Console
-from trainjobs.operator.apierrors import ApiError
 
 __all__ = ["COMMANDS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_INVALID", "EXIT_REFUSED",
            "EXIT_TIMEOUT", "EXIT_UNREACHABLE", "run_command"]

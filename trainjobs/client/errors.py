@@ -1,4 +1,4 @@
-"""What the client raises beyond the API error tree (`trainjobs.operator.apierrors`).
+"""What the client raises beyond the API error tree (`trainjobs.kube.errors`).
 
 Why separate classes: a notebook or script reacts differently to "the cluster is not there",
 "no such job", "the job failed" and "it took too long"; the CLI maps each to its own exit code.

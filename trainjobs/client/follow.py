@@ -22,8 +22,8 @@ from trainjobs.client.aio import FINISHED, AsyncClient, finish_message, owned_by
 from trainjobs.client.errors import WaitTimeout
 from trainjobs.client.views import JobEvent, PodInfo, progress, replica_names
 from trainjobs.core.render import LABEL_JOB_NAME
+from trainjobs.kube import EVENTS, PODS
 from trainjobs.local.output import Console, ReplicaSummary
-from trainjobs.operator.kube import EVENTS, PODS
 
 __all__ = ["Display", "follow"]
 

@@ -33,21 +33,7 @@ from trainjobs.core.planner import Plan, PlannerSettings, plan
 from trainjobs.core.render import RenderedJob, Rendering
 from trainjobs.core.validation import ReplicaLimit, parse_job
 from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
-from trainjobs.operator import metrics
-from trainjobs.operator.backoff import CreateGate
-from trainjobs.operator.cache import (
-    JOB_GROUPS,
-    JobEntry,
-    OwnedEntry,
-    OwnerIndex,
-    PackedRender,
-    job_key,
-    reduce_job,
-    reduce_owned,
-)
-from trainjobs.operator.events import EventRecorder
-from trainjobs.operator.informer import Informer, Key
-from trainjobs.operator.kube import (
+from trainjobs.kube import (
     BY_API_KIND,
     PODS,
     SERVICES,
@@ -62,6 +48,20 @@ from trainjobs.operator.kube import (
     gather_limited,
     job_resource,
 )
+from trainjobs.kube.informer import Informer, Key
+from trainjobs.operator import metrics
+from trainjobs.operator.backoff import CreateGate
+from trainjobs.operator.cache import (
+    JOB_GROUPS,
+    JobEntry,
+    OwnedEntry,
+    OwnerIndex,
+    PackedRender,
+    job_key,
+    reduce_job,
+    reduce_owned,
+)
+from trainjobs.operator.events import EventRecorder
 from trainjobs.operator.workqueue import WorkQueue
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework

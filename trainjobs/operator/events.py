@@ -11,7 +11,7 @@ import os
 from datetime import UTC, datetime
 
 from trainjobs.api.models import Job
-from trainjobs.operator.kube import EVENTS, ApiError, Kube
+from trainjobs.kube import EVENTS, ApiError, Kube
 
 __all__ = ["COMPONENT", "EventRecorder"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from trainjobs.operator.kube import LEASES, ApiConflict, ApiError, ApiNotFound, Kube
+from trainjobs.kube import LEASES, ApiConflict, ApiError, ApiNotFound, Kube
 
 __all__ = ["LeaderElector", "LeaseSettings"]
 

@@ -17,11 +17,12 @@ from typing import Any
 import yaml
 
 from trainjobs.errors import TrainjobsError
+from trainjobs.kube import Kube, connect
+from trainjobs.operator import metrics
 from trainjobs.operator.controller import Controller, ControllerSettings
 from trainjobs.operator.gcfreeze import install_gc_freeze
 from trainjobs.operator.gcmetrics import install_gc_metrics
 from trainjobs.operator.http import start_http
-from trainjobs.operator.kube import Kube, connect
 from trainjobs.operator.leader import LeaderElector, LeaseSettings
 from trainjobs.operator.logs import setup_logging
 from trainjobs.operator.looplag import probe_loop_lag
@@ -81,7 +82,7 @@ async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, 
     plugins = load_plugins(enable=enable_plugins)
     install_gc_freeze(gc_thaw_interval)  # after the imports and plugins it would walk
     api = await connect(kubeconfig)
-    kube = Kube(api, request_timeout=request_timeout)
+    kube = Kube(api, request_timeout=request_timeout, on_error=metrics.count_api_error)
     controller = Controller(kube, plugins, settings)
     elector = LeaderElector(kube, lease) if lease else None
     stop = asyncio.Event()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from trainjobs.kube import ApiError
+
 __all__ = [
            "API_ERRORS",
            "GC_PAUSE",
@@ -18,6 +20,7 @@ __all__ = [
            "RECONCILES",
            "RECONCILE_DURATION",
            "REGISTRY",
+           "count_api_error",
 ]
 
 REGISTRY = CollectorRegistry()
@@ -49,3 +52,8 @@ LOOP_LAG_BUSY_MAX = Gauge(
     "trainjobs_event_loop_lag_busy_max_seconds", "The longest event loop lag counting only "
     "the time the process was on the CPU meanwhile (what the operator itself caused, not a "
     "machine busy with others).", registry=REGISTRY)
+
+
+def count_api_error(verb: str, error: ApiError) -> None:
+    """`Kube`'s error hook: one failed API call, by verb and HTTP status (0: no response)."""
+    API_ERRORS.labels(verb=verb, code=str(error.status)).inc()

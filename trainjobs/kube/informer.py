@@ -18,7 +18,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from trainjobs.operator.kube import ApiError, ApiGone, Kube, Resource, WatchDropped, api_error
+from trainjobs.kube.api import Kube
+from trainjobs.kube.errors import ApiError, ApiGone, WatchDropped, api_error
+from trainjobs.kube.resources import Resource
 
 __all__ = ["Backoff", "Informer"]
 

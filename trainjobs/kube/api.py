@@ -1,9 +1,10 @@
-"""The only module that talks to the API server: typed, minimal wrappers over kubernetes-asyncio.
+"""The one place that talks to the API server: typed, minimal wrappers over kubernetes-asyncio.
 
-Why one layer: everything above it (caches, controller, leader election) speaks plain dicts
-and our exceptions, so API errors are classified once (into the typed tree of `apierrors`:
-ApiNotFound, ApiConflict, ApiForbidden with its quota test, ApiServerError...) and counted
-once (the api-errors metric). Responses are
+Why one layer (kopf's `_cogs/clients` split): the operator, the client, the CLI, the bench and
+the test harness speak plain dicts and the typed error tree of `trainjobs.kube.errors`, so a
+failed call is classified once (`ApiNotFound`, `ApiConflict`, `ApiForbidden` with its quota
+test, `ApiServerError`, `ApiConnectionError` when no answer came...) and reported once (to
+`reachability` and to the owner's `on_error`, the operator's api-errors metric). Responses are
 read as raw JSON (`_preload_content=False`) and never turned into generated model objects:
 that deserialization is the largest CPU cost of a Python controller at scale.
 """
@@ -11,84 +12,31 @@ that deserialization is the largest CPU cost of a Python controller at scale.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import urllib.request
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from trainjobs.api.models import GROUP, VERSION
-from trainjobs.operator import apierrors, metrics
-from trainjobs.operator.apierrors import *  # noqa: F403  (the error tree, re-exported)
-from trainjobs.operator.apierrors import (
-    ApiConnectionError,
-    ApiError,
-    WatchDropped,
-    api_error,
-)
-from trainjobs.operator.reachability import Reachability
+from trainjobs.kube.errors import ApiConnectionError, ApiError, WatchDropped, api_error
+from trainjobs.kube.reachability import Reachability
+from trainjobs.kube.resources import Resource
 
-# The error tree lives in apierrors; it is re-exported here, where callers meet it.
-__all__ = ["BY_API_KIND", "BY_KIND", "LIST_PAGE_SIZE", "Kube", "Resource", "connect"]
-__all__ += apierrors.__all__
+__all__ = ["LIST_PAGE_SIZE", "ErrorHook", "Kube", "Query", "connect", "gather_limited"]
+
+#: What a failed call is reported to besides the caller: (verb, error).
+ErrorHook = Callable[[str, ApiError], None]
 
 #: Query parameters of a request, in order.
 Query = list[tuple[str, Any]]
 
 #: Objects per LIST page: what a re-list holds decoded at once.
 LIST_PAGE_SIZE = 500
-
-
-@dataclass(frozen=True)
-class Resource:
-    """An API resource the operator lists and watches."""
-
-    kind: str
-    plural: str
-    group: str = ""
-    version: str = "v1"
-
-    @property
-    def api_version(self) -> str:
-        return self.version if not self.group else f"{self.group}/{self.version}"
-
-    @classmethod
-    def of(cls, api_version: str, kind: str, plural: str) -> Resource:
-        """The resource of an `apiVersion` as manifests write it (`v1`, `apps/v1`)."""
-        group, _, version = api_version.rpartition("/")
-        return cls(kind, plural, group, version)
-
-    @property
-    def path(self) -> str:
-        return f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-
-    def url(self, namespace: str | None, name: str | None = None, sub: str = "") -> str:
-        ns = f"/namespaces/{namespace}" if namespace else ""
-        tail = f"/{name}" if name else ""
-        return f"{self.path}{ns}/{self.plural}{tail}{'/' + sub if sub else ''}"
-
-
-PODS = Resource("Pod", "pods")
-SERVICES = Resource("Service", "services")
-EVENTS = Resource("Event", "events")
-DEPLOYMENTS = Resource("Deployment", "deployments", "apps", "v1")
-LEASES = Resource("Lease", "leases", "coordination.k8s.io", "v1")
-BY_KIND = {r.kind: r for r in (PODS, SERVICES, EVENTS, DEPLOYMENTS, LEASES)}
-#: The same by (apiVersion, kind): what extra objects are created through. The controller adds
-#: the kinds plugins declare (`trainjobs_owned_resources`: the gang schedulers' PodGroups,
-#: two kinds of the same name in different groups).
-BY_API_KIND = {(r.api_version, r.kind): r for r in BY_KIND.values()}
-
-
-def job_resource(kind: str, plural: str, group: str = GROUP, version: str = VERSION) -> Resource:
-    """A job kind's resource: trainjobs.io/v1alpha1 unless its framework names another group
-    (`Framework.group`/`version`, plugin API 1.5)."""
-    return Resource(kind, plural, group, version)
 
 
 async def connect(kubeconfig: str | None) -> client.ApiClient:
@@ -122,14 +70,15 @@ def _environment_matters() -> bool:
 
 
 class Kube:
-    """Raw-JSON access to the resources the operator uses."""
+    """Raw-JSON access to the API server's resources."""
 
     def __init__(self, api: client.ApiClient, user_agent: str = "trainjobs-operator",
-                 request_timeout: float = 30.0) -> None:
+                 request_timeout: float = 30.0, *, on_error: ErrorHook | None = None) -> None:
         self.api = api
         self.api.user_agent = user_agent
         self.request_timeout = request_timeout
         self.reachability = Reachability()
+        self._on_error = on_error
 
     async def request(self, verb: str, url: str, body: Any = None, *,
                       query: list[tuple[str, Any]] | None = None,
@@ -138,23 +87,15 @@ class Kube:
         """One API call; returns the decoded JSON body. Raises `ApiError` (status 0 when no
         response came, a timeout included)."""
         timeout = self.request_timeout if timeout is None else timeout
-        try:
+        with self._answering(verb):
             resp = await self.api.call_api(
                 url, verb, query_params=query or [],
                 header_params={"Content-Type": content_type, "Accept": "application/json"},
                 body=body, auth_settings=["BearerToken"], _preload_content=False,
                 _request_timeout=timeout)
             raw = await _read(resp)
-        except ApiException as exc:
-            metrics.API_ERRORS.labels(verb=verb, code=str(exc.status)).inc()
-            raise self._seen(_from_exception(exc)) from None
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            metrics.API_ERRORS.labels(verb=verb, code="0").inc()
-            raise self._seen(ApiConnectionError(f"{type(exc).__name__}: {exc}")) from None
         if not 200 <= resp.status <= 299:
-            metrics.API_ERRORS.labels(verb=verb, code=str(resp.status)).inc()
-            raise self._seen(api_error(resp.status, str(resp.reason),
-                                       raw.decode(errors="replace"), _headers(resp)))
+            raise self._refused(verb, resp, raw)
         self.reachability.answered()
         result: dict[str, Any] = json.loads(raw) if raw else {}
         return result
@@ -214,12 +155,32 @@ class Kube:
             rv = page_rv
         return items, rv
 
-    def _seen(self, error: ApiError) -> ApiError:
-        """Note whether a failed call reached the API server (any status below 500 did)."""
+    @contextlib.contextmanager
+    def _answering(self, verb: str) -> Iterator[None]:
+        """Raise the `ApiError` of a call that got no response (status 0), or that
+        kubernetes-asyncio turned into an exception, in place of what the HTTP stack raised."""
+        try:
+            yield
+        except ApiException as exc:
+            raise self._failed(verb, _from_exception(exc)) from None
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise self._failed(verb, ApiConnectionError(f"{type(exc).__name__}: {exc}")
+                               ) from None
+
+    def _refused(self, verb: str, resp: Any, body: bytes) -> ApiError:
+        """The error of a response with a status outside 2xx."""
+        return self._failed(verb, api_error(resp.status, str(resp.reason),
+                                            body.decode(errors="replace"), _headers(resp)))
+
+    def _failed(self, verb: str, error: ApiError) -> ApiError:
+        """Report a failed call (to reachability: any status below 500 is an answer; to the
+        owner's hook) and return its error to raise."""
         if error.status == 0 or error.status >= 500:
             self.reachability.failed()
         else:
             self.reachability.answered()
+        if self._on_error is not None:
+            self._on_error(verb, error)
         return error
 
     async def watch(self, resource: Resource, namespace: str | None, resource_version: str, *,
@@ -245,21 +206,13 @@ class Kube:
         """A streamed GET (a watch, a followed pod log) one line at a time, without its
         newline; `unterminated`: also the text after the last newline (a log's last line).
         Raises `ApiError`; `WatchDropped` when the stream breaks after it began."""
-        try:
+        with self._answering(verb):
             resp = await self.api.call_api(
                 url, "GET", query_params=query,
                 header_params={"Accept": "application/json, */*"}, auth_settings=["BearerToken"],
                 _preload_content=False, _request_timeout=timeout)
-        except ApiException as exc:
-            metrics.API_ERRORS.labels(verb=verb, code=str(exc.status)).inc()
-            raise self._seen(_from_exception(exc)) from None
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            metrics.API_ERRORS.labels(verb=verb, code="0").inc()
-            raise self._seen(ApiConnectionError(f"{type(exc).__name__}: {exc}")) from None
         if not 200 <= resp.status <= 299:
-            body = (await _read(resp)).decode(errors="replace")
-            metrics.API_ERRORS.labels(verb=verb, code=str(resp.status)).inc()
-            raise self._seen(api_error(resp.status, str(resp.reason), body, _headers(resp)))
+            raise self._refused(verb, resp, await _read(resp))
         self.reachability.answered()
         if on_open is not None:
             on_open()
@@ -282,9 +235,8 @@ class Kube:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             # The stream broke (connection reset, API server restarted, proxy cut it): the
             # caller watches again from the last resourceVersion it saw.
-            metrics.API_ERRORS.labels(verb=verb, code="0").inc()
-            raise self._seen(WatchDropped(f"watch dropped: {type(exc).__name__}: {exc}")
-                             ) from None
+            raise self._failed(verb, WatchDropped(
+                f"watch dropped: {type(exc).__name__}: {exc}")) from None
         finally:
             resp.release()
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from trainjobs.errors import TemporaryError
-from trainjobs.operator.apierrors import (
+from trainjobs.kube import (
     ApiBadRequest,
     ApiConflict,
     ApiConnectionError,

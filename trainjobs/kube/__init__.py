@@ -1,0 +1,77 @@
+"""The transport: the one package that talks to the Kubernetes API server.
+
+Why one package below everything else (kopf's `_cogs/clients` split): the operator, the
+Python client, the CLI, the benchmarks and the test harness reach the API server through the
+same connection code (`connect`, `Kube`), the same typed errors (`errors`: `ApiNotFound`,
+`ApiConflict`, `ApiConnectionError`...), the same reachability record and the same
+list-then-watch (`informer`), so each of these is written, and fixed, once. It imports
+nothing of the operator or the client.
+
+- `api`: `connect` (kubeconfig or in-cluster) and `Kube` (raw-JSON requests, paged lists,
+  watches, streamed logs).
+- `errors`: the API error tree, chosen once from each response.
+- `resources`: `Resource` (a kind's URL) and the kinds trainjobs uses.
+- `reachability`: since when the API server has not answered.
+- `informer`: list-then-watch into a cache of reduced objects.
+"""
+
+from __future__ import annotations
+
+from trainjobs.kube.api import LIST_PAGE_SIZE, ErrorHook, Kube, Query, connect, gather_limited
+from trainjobs.kube.errors import (
+    ApiBadRequest,
+    ApiConflict,
+    ApiConnectionError,
+    ApiError,
+    ApiForbidden,
+    ApiGone,
+    ApiInvalid,
+    ApiNotFound,
+    ApiServerError,
+    ApiTooManyRequests,
+    WatchDropped,
+    api_error,
+)
+from trainjobs.kube.reachability import Reachability
+from trainjobs.kube.resources import (
+    BY_API_KIND,
+    BY_KIND,
+    DEPLOYMENTS,
+    EVENTS,
+    LEASES,
+    PODS,
+    SERVICES,
+    Resource,
+    job_resource,
+)
+
+__all__ = [
+    "BY_API_KIND",
+    "BY_KIND",
+    "DEPLOYMENTS",
+    "EVENTS",
+    "LEASES",
+    "LIST_PAGE_SIZE",
+    "PODS",
+    "SERVICES",
+    "ApiBadRequest",
+    "ApiConflict",
+    "ApiConnectionError",
+    "ApiError",
+    "ApiForbidden",
+    "ApiGone",
+    "ApiInvalid",
+    "ApiNotFound",
+    "ApiServerError",
+    "ApiTooManyRequests",
+    "ErrorHook",
+    "Kube",
+    "Query",
+    "Reachability",
+    "Resource",
+    "WatchDropped",
+    "api_error",
+    "connect",
+    "gather_limited",
+    "job_resource",
+]
