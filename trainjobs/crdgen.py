@@ -282,7 +282,9 @@ def crd_for(framework: Framework) -> dict[str, Any]:
                     },
                     "x-kubernetes-validations": _in_field(
                         _root_rules(), framework.replica_specs_field) + [
-                        {"rule": r.rule, "message": r.message} for r in framework.cel_rules],
+                        {"rule": r.rule, "message": r.message} for r in (
+                            *framework.cel_rules,
+                            *(r for c in framework.capabilities for r in c.cel_rules))],
                 }},
             }],
         },

@@ -22,6 +22,7 @@ from trainjobs.plugin import (
     FrameworkPlugin,
     Job,
     JobSpec,
+    RedisRendezvous,
     RenderContext,
     Replica,
     ReplicaEnv,
@@ -33,7 +34,7 @@ from trainjobs.plugin import (
 )
 
 __all__ = ["CAFFE2", "BackendSpec", "Caffe2JobSpec", "Caffe2Plugin", "effective_backend",
-           "plugin", "run_id"]
+           "plugin", "run_id", "wants_managed_redis"]
 
 PLACEHOLDER_RUN_ID = "00000000-0000-0000-0000-000000000000"
 
@@ -52,6 +53,20 @@ class Caffe2JobSpec(JobSpec):
     backend: BackendSpec = Field(default_factory=BackendSpec)
 
 
+def effective_backend(job: Job) -> Literal["none", "redis", "nfs"]:
+    spec: Caffe2JobSpec = job.spec  # type: ignore[assignment]
+    if spec.backend.type is not None:
+        return spec.backend.type
+    workers = sum(r.replicas for r in spec.replica_specs.values())
+    return "none" if workers <= 1 else "redis"
+
+
+def wants_managed_redis(job: Job) -> bool:
+    """A redis backend that names no host: the shards need a Redis run for the job."""
+    spec: Caffe2JobSpec = job.spec  # type: ignore[assignment]
+    return effective_backend(job) == "redis" and not spec.backend.redis_host
+
+
 CAFFE2 = Framework(
     kind="Caffe2Job",
     plural="caffe2jobs",
@@ -66,6 +81,8 @@ CAFFE2 = Framework(
     spec_model=Caffe2JobSpec,
     # A restarted shard cannot rejoin a Gloo group that has moved on: all restart, anew.
     replicas_restart_together=True,
+    # A redis backend without redisHost gets a managed Redis (the managed_redis plugin).
+    capabilities=(RedisRendezvous(managed=wants_managed_redis),),
     cel_rules=(
         CelRule("!has(self.spec.backend) || !has(self.spec.backend.type) || "
                 "self.spec.backend.type != 'none' || !('Worker' in self.spec.replicaSpecs) || "
@@ -77,14 +94,6 @@ CAFFE2 = Framework(
     ),
     description="A data-parallel Caffe2 (Gloo) job: shards rendezvous via Redis or NFS.",
 )
-
-
-def effective_backend(job: Job) -> Literal["none", "redis", "nfs"]:
-    spec: Caffe2JobSpec = job.spec  # type: ignore[assignment]
-    if spec.backend.type is not None:
-        return spec.backend.type
-    workers = sum(r.replicas for r in spec.replica_specs.values())
-    return "none" if workers <= 1 else "redis"
 
 
 def run_id(job: Job) -> str:

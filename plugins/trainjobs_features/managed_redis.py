@@ -1,4 +1,5 @@
-"""A Redis for a Caffe2Job whose redis backend names no host: a Pod and a Service `<job>-redis`.
+"""A Redis for a job whose replicas rendezvous over Redis (its kind declares `RedisRendezvous`,
+as Caffe2Job does) and that names no Redis of its own: a Pod and a Service `<job>-redis`.
 
 The shards get REDIS_HOST/REDIS_PORT pointing at it. On Kubernetes it is a `redis` image pod;
 the local backend runs the same pod's command (`redis-server`) as a process on 127.0.0.1.
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trainjobs.plugin import Job, RenderContext, Replica, ReplicaEnv, hookimpl
+from trainjobs.plugin import Job, RedisRendezvous, RenderContext, Replica, ReplicaEnv, hookimpl
 
 __all__ = ["REDIS_IMAGE", "REDIS_PORT", "needs_managed_redis", "trainjobs_extra_objects",
            "trainjobs_replica_env"]
@@ -20,18 +21,15 @@ REDIS_PORT = 6379
 COMPONENT = "redis"
 
 
-def needs_managed_redis(job: Job) -> bool:
-    if job.kind != "Caffe2Job":
-        return False
-    from trainjobs_caffe2 import effective_backend
-
-    backend = getattr(job.spec, "backend", None)
-    return effective_backend(job) == "redis" and not getattr(backend, "redis_host", None)
+def needs_managed_redis(job: Job, ctx: RenderContext) -> bool:
+    """Whether the job's kind rendezvous over Redis and this job names no Redis itself."""
+    rendezvous = ctx.framework.capability(RedisRendezvous)
+    return rendezvous is not None and rendezvous.managed(job)
 
 
 @hookimpl
 def trainjobs_replica_env(job: Job, replica: Replica, ctx: RenderContext) -> ReplicaEnv | None:
-    if not needs_managed_redis(job):
+    if not needs_managed_redis(job, ctx):
         return None
     address = ctx.cluster.component(COMPONENT, REDIS_PORT)
     return ReplicaEnv({"REDIS_HOST": address.host, "REDIS_PORT": str(address.port)})
@@ -39,7 +37,7 @@ def trainjobs_replica_env(job: Job, replica: Replica, ctx: RenderContext) -> Rep
 
 @hookimpl
 def trainjobs_extra_objects(job: Job, ctx: RenderContext) -> Sequence[dict[str, Any]] | None:
-    if not needs_managed_redis(job):
+    if not needs_managed_redis(job, ctx):
         return None
     address = ctx.cluster.component(COMPONENT, REDIS_PORT)
     bind = "127.0.0.1" if ctx.backend == "local" else "0.0.0.0"

@@ -1,4 +1,5 @@
-"""Runs TensorBoard for a TfJob that sets `spec.tensorboard`: a Deployment and a Service.
+"""Runs TensorBoard for a job that sets `spec.tensorboard`, of a kind that declares the
+`TensorBoard` capability (TfJob, Kubeflow's TFJob): a Deployment and a Service.
 
 Both are named `<job>-tensorboard` and owned by the job, so they go when the job goes. The
 Deployment is watched (`trainjobs_owned_resources`): without that the operator could not see
@@ -11,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainjobs.plugin import Job, OwnedResource, RenderContext, hookimpl
+from trainjobs.plugin import (
+    Job,
+    OwnedResource,
+    RenderContext,
+    TensorBoard,
+    TensorBoardSpec,
+    hookimpl,
+)
 
 __all__ = ["TENSORBOARD_PORT", "trainjobs_extra_objects", "trainjobs_owned_resources"]
 
@@ -30,8 +38,10 @@ def trainjobs_owned_resources(
 
 @hookimpl
 def trainjobs_extra_objects(job: Job, ctx: RenderContext) -> Sequence[dict[str, Any]] | None:
-    board = getattr(job.spec, "tensorboard", None)
-    if job.kind != "TfJob" or board is None:
+    if ctx.framework.capability(TensorBoard) is None:
+        return None
+    board: TensorBoardSpec | None = getattr(job.spec, "tensorboard", None)
+    if board is None:
         return None
     name = f"{job.name}-tensorboard"
     labels = {"trainjobs.io/job-name": job.name, "trainjobs.io/component": "tensorboard"}

@@ -1,4 +1,6 @@
-"""Gives a TfJob PS replica without a `tensorflow` container a standard TensorFlow gRPC server.
+"""Gives a parameter server without the framework's container a standard TensorFlow gRPC server:
+the replicas of the type a kind declares with the `ParameterServers` capability (TfJob's and
+Kubeflow TFJob's PS).
 
 This is the seed behaviour of the original TfJob: a parameter server usually runs no user code,
 only `tf.distribute.Server` for the cluster in TF_CONFIG, so `PS: {replicas: 2}` with no
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainjobs.plugin import Job, RenderContext, Replica, hookimpl
+from trainjobs.plugin import Job, ParameterServers, RenderContext, Replica, hookimpl
 
 __all__ = ["CONFIG_KEY", "PS_SERVER_IMAGE", "PS_SERVER_PROGRAM", "ps_server_image",
            "trainjobs_adjust_pod"]
@@ -48,10 +50,9 @@ def ps_server_image(job: Job, ctx: RenderContext) -> str:
 def trainjobs_adjust_pod(job: Job, replica: Replica, pod: dict[str, Any],
                          ctx: RenderContext) -> None:
     framework = ctx.framework
-    if framework.kind != "TfJob":
-        return
+    servers = framework.capability(ParameterServers)
     rtype = framework.replica_type(replica.type)
-    if rtype is None or rtype.name != "PS":
+    if servers is None or rtype is None or rtype.name != servers.replica_type:
         return
     containers = pod["spec"]["containers"]
     if any(c.get("name") == framework.container_name for c in containers):

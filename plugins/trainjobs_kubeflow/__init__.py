@@ -35,6 +35,7 @@ from trainjobs.plugin import (
     Job,
     JobSpec,
     JobStatus,
+    ParameterServers,
     RenderContext,
     Replica,
     ReplicaEnv,
@@ -42,6 +43,8 @@ from trainjobs.plugin import (
     ReplicaSpec,
     ReplicaType,
     SpecError,
+    TensorBoard,
+    TensorBoardSpec,
     hookimpl,
 )
 
@@ -67,6 +70,9 @@ class TFJobSpec(JobSpec):
     enable_dynamic_worker: bool = Field(
         default=False, description="Accepted for compatibility; trainjobs puts every worker in "
                                    "TF_CONFIG from the start.")
+    tensorboard: TensorBoardSpec | None = Field(
+        default=None, description="trainjobs' addition, as TfJob's: run a TensorBoard "
+                                  "Deployment and Service <job>-tensorboard.")
 
 
 class MXJobSpec(JobSpec):
@@ -95,12 +101,17 @@ TFJOB = Framework(
     replica_types=(
         ReplicaType("Chief", 0, 1, aliases=("Master",), description="Chief (or Master)."),
         ReplicaType("Worker", 0, None, description="Workers."),
-        ReplicaType("PS", 0, None, description="Parameter servers."),
+        ReplicaType("PS", 0, None, container_optional=True,
+                    description="Parameter servers; without a `tensorflow` container (or "
+                                "without a template) they get a standard TensorFlow gRPC "
+                                "server, as TfJob's."),
         ReplicaType("Evaluator", 0, 1, description="At most one evaluator."),
     ),
     container_name="tensorflow", default_port=2222, spec_model=TFJobSpec,
     description="Kubeflow's TFJob (kubeflow.org/v1), reconciled by trainjobs.",
     group=GROUP, version=VERSION, status_model=KubeflowJobStatus,
+    # TfJob's features: TensorBoard (spec.tensorboard) and the default PS server.
+    capabilities=(TensorBoard(), ParameterServers("PS")),
 )
 MXJOB = Framework(
     kind="MXJob", plural="mxjobs", short_names=(), name="mxnet",

@@ -20,6 +20,7 @@ from trainjobs.plugin import (
     FrameworkPlugin,
     Job,
     JobSpec,
+    ParameterServers,
     RenderContext,
     Replica,
     ReplicaEnv,
@@ -27,7 +28,8 @@ from trainjobs.plugin import (
     ReplicaPhase,
     ReplicaType,
     SpecError,
-    SpecModel,
+    TensorBoard,
+    TensorBoardSpec,
     hookimpl,
 )
 
@@ -41,19 +43,6 @@ __all__ = [
 ]
 
 JOB_ROLE_LABEL = "trainjobs.io/job-role"
-
-
-class TensorBoardSpec(SpecModel):
-    """A TensorBoard Deployment and Service `<job>-tensorboard` reading `logDir`."""
-
-    log_dir: str = Field(description="Directory (usually on a shared volume) of the event files.")
-    volumes: list[dict[str, Any]] = Field(default_factory=list,
-                                          description="core/v1 Volumes for the TensorBoard pod.")
-    volume_mounts: list[dict[str, Any]] = Field(default_factory=list,
-                                                description="core/v1 VolumeMounts.")
-    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
-    image: str = Field(default="tensorflow/tensorflow:2.21.0",
-                       description="Image that has the `tensorboard` command.")
 
 
 class TfJobSpec(JobSpec):
@@ -94,11 +83,11 @@ TENSORFLOW = Framework(
                             for k in ("Chief", "Master", "Worker")),
                 "a TfJob needs a Chief (or Master) or at least one Worker: their exit decides "
                 "the job's success"),
-        CelRule("!has(self.spec.tensorboard) || size(self.metadata.name) <= 51",
-                "metadata.name must have at most 51 characters with spec.tensorboard: the "
-                "Deployment <job>-tensorboard must fit in 63"),
     ),
     description="A distributed TensorFlow job: Chief/Master, Workers, PS and an Evaluator.",
+    # spec.tensorboard runs a TensorBoard (its CEL rule on the name's length comes with it);
+    # a PS without a tensorflow container runs the standard gRPC server.
+    capabilities=(TensorBoard(), ParameterServers("PS")),
 )
 
 

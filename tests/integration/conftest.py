@@ -18,14 +18,18 @@ Two ways to get an operator:
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from trainjobs_kubeflow import GROUP as KUBEFLOW_GROUP
 
 from tests.integration.operator_helpers import CRDS_DIR, Namespace, Operators
+from trainjobs.crdgen import crd_file_name, render_crd_yaml
+from trainjobs.plugin.manager import load_plugins
 from trainjobs.testing import GANG_SCHEDULERS, ControlPlane, apply_crds, find_gang_scheduler
 
 _OPERATORS = pytest.StashKey[Operators]()
@@ -46,6 +50,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def trainjobs_crds(kube_cluster: ControlPlane) -> list[str]:
     """The CRDs of crds/ applied (server-side) and Established; their names."""
     return apply_crds(kube_cluster.kubeconfig, CRDS_DIR)
+
+
+@pytest.fixture(scope="module")
+def kubeflow_crds(kube_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[list[str]]:
+    """The CRDs `trainjobs crds` writes with the plugin enabled, of group kubeflow.org; deleted
+    after the module: while they are installed, kubectl's `tfjob`/`mxjob` may mean
+    kubeflow.org's kinds (docs/migrating.md), which the session's other tests do not expect."""
+    out = tmp_path_factory.mktemp("kubeflow-crds")
+    for framework in load_plugins(enable=["kubeflow"]).frameworks.values():
+        if framework.group == KUBEFLOW_GROUP:
+            (out / crd_file_name(framework)).write_text(render_crd_yaml(framework))
+    names = apply_crds(kube_cluster.kubeconfig, out)
+    yield names
+    kube_cluster.kubectl("delete", "crd", *names, "--wait=true", timeout=120)
+    # kubectl's discovery cache (beside the kubeconfig) would still map tfjob to kubeflow.org.
+    shutil.rmtree(kube_cluster.kubeconfig.parent / "kubectl-cache", ignore_errors=True)
 
 
 @pytest.fixture

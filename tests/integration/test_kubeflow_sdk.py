@@ -5,7 +5,6 @@ templates' annotations name."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,35 +22,15 @@ from kubernetes.client import V1Container, V1ObjectMeta, V1PodSpec, V1PodTemplat
 from trainjobs_kubeflow import GROUP, KUBEFLOW_LABELS
 
 from tests.integration.operator_helpers import IMAGE, Namespace, Operators, wait_for
-from trainjobs.crdgen import crd_file_name, render_crd_yaml
-from trainjobs.plugin.manager import load_plugins
 from trainjobs.testing import (
     EXIT_CODE_ANNOTATION,
     RUN_DURATION_ANNOTATION,
     ControlPlane,
-    apply_crds,
 )
 
 pytestmark = pytest.mark.integration
 
 POLL = 1  # seconds between the SDK's polls (its default, 15, is for real clusters)
-
-
-@pytest.fixture(scope="module")
-def kubeflow_crds(kube_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-                  ) -> Iterator[list[str]]:
-    """The CRDs `trainjobs crds` writes with the plugin enabled, of group kubeflow.org; deleted
-    after the module: while they are installed, kubectl's `tfjob`/`mxjob` may mean
-    kubeflow.org's kinds (docs/migrating.md), which the session's other tests do not expect."""
-    out = tmp_path_factory.mktemp("kubeflow-crds")
-    for framework in load_plugins(enable=["kubeflow"]).frameworks.values():
-        if framework.group == GROUP:
-            (out / crd_file_name(framework)).write_text(render_crd_yaml(framework))
-    names = apply_crds(kube_cluster.kubeconfig, out)
-    yield names
-    kube_cluster.kubectl("delete", "crd", *names, "--wait=true", timeout=120)
-    # kubectl's discovery cache (beside the kubeconfig) would still map tfjob to kubeflow.org.
-    shutil.rmtree(kube_cluster.kubeconfig.parent / "kubectl-cache", ignore_errors=True)
 
 
 @pytest.fixture

@@ -58,3 +58,29 @@ def test_the_tensorboard_deployment_is_created_once_and_again_only_when_gone(
     assert second != first
     assert _total(op, "trainjobs_api_errors_total", code="409") == 0, op.tail()
     assert op.problems() == [], op.tail()
+
+
+def test_a_kubeflow_tfjob_gets_tensorboard_and_the_default_ps_server(
+    kubeflow_crds: list[str], bare_ns: Namespace, operators: Operators
+) -> None:
+    """The TensorBoard and default-PS-server plugins act on the capabilities Kubeflow's TFJob
+    declares, as on TfJob's. (Last in the module: while kubeflow_crds are installed, kubectl's
+    `tfjob` may mean kubeflow.org's kind.)"""
+    operators.start("--enable-plugins", "kubeflow")
+    bare_ns.apply({"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+                   "metadata": {"name": "kfboard"},
+                   "spec": {"tfReplicaSpecs": {"Chief": replica("TfJob"),
+                                               "PS": {"replicas": 1}},
+                            "tensorboard": {"logDir": "/logs"}}})
+    wait_for(lambda: _deployment_uid(bare_ns, "kfboard-tensorboard"),
+             "the Kubeflow TFJob's TensorBoard Deployment", timeout=45)
+    service = wait_for(lambda: bare_ns.get_path(
+        f"/api/v1/namespaces/{bare_ns.name}/services/kfboard-tensorboard"),
+        "the Kubeflow TFJob's TensorBoard Service")
+    assert service["spec"]["ports"][0]["targetPort"] == 6006
+    ps = wait_for(lambda: bare_ns.get_path(f"/api/v1/namespaces/{bare_ns.name}/pods/kfboard-ps-0"),
+                  "the Kubeflow TFJob's PS pod")
+    [server] = ps["spec"]["containers"]
+    assert server["name"] == "tensorflow" and server["command"][:3] == ["python", "-u", "-c"]
+    assert '"task":{"type":"ps","index":0}' in next(
+        e["value"] for e in server["env"] if e["name"] == "TF_CONFIG")

@@ -10,6 +10,13 @@ pins the surface in a snapshot).
 from trainjobs.api.models import Condition, Job, JobSpec, JobStatus, ReplicaSpec, SpecModel
 from trainjobs.errors import PluginError, SpecError
 from trainjobs.plugin.base import FrameworkPlugin
+from trainjobs.plugin.capabilities import (
+    Capability,
+    ParameterServers,
+    RedisRendezvous,
+    TensorBoard,
+    TensorBoardSpec,
+)
 from trainjobs.plugin.hookspecs import hookimpl
 from trainjobs.plugin.types import (
     Address,
@@ -26,11 +33,12 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.8"
+PLUGIN_API_VERSION = "1.9"
 
 __all__ = [
     "PLUGIN_API_VERSION",
     "Address",
+    "Capability",
     "CelRule",
     "ClusterLayout",
     "Condition",
@@ -41,7 +49,9 @@ __all__ = [
     "JobStatus",
     "ObjectStatus",
     "OwnedResource",
+    "ParameterServers",
     "PluginError",
+    "RedisRendezvous",
     "RenderContext",
     "Replica",
     "ReplicaEnv",
@@ -51,5 +61,7 @@ __all__ = [
     "ReplicaType",
     "SpecError",
     "SpecModel",
+    "TensorBoard",
+    "TensorBoardSpec",
     "hookimpl",
 ]

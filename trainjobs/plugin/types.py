@@ -11,11 +11,15 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from trainjobs.api.models import GROUP, VERSION, JobSpec, JobStatus
 
+if TYPE_CHECKING:  # capabilities.py imports CelRule from here
+    from trainjobs.plugin.capabilities import Capability
+
 V = TypeVar("V")
+C = TypeVar("C", bound="Capability")
 
 __all__ = [
     "Address",
@@ -99,6 +103,16 @@ class Framework:
     # Since 1.8: the model of the kind's `status`, for its CRD schema: a JobStatus subclass
     # with the fields `trainjobs_adjust_status` adds (the API server prunes any others).
     status_model: type[JobStatus] = JobStatus
+    # Since 1.9: what the kind's jobs are, for feature plugins (trainjobs.plugin.capabilities):
+    # e.g. TensorBoard(), ParameterServers("PS"), RedisRendezvous(managed=...).
+    capabilities: tuple[Capability, ...] = ()
+
+    def capability(self, kind: type[C]) -> C | None:
+        """The kind's capability of that type, if it declares one."""
+        for declared in self.capabilities:
+            if isinstance(declared, kind):
+                return declared
+        return None
 
     @property
     def api_version(self) -> str:
