@@ -15,6 +15,10 @@ busy or restarting API server, a load balancer or a flaky link does:
   was;
 * ``go_down()`` / ``come_up()``: an API server that is gone (restarting, or its node lost):
   open watches are cut, and every request meanwhile has its connection reset unanswered.
+* ``delay(method, name_prefix, seconds)``: writes of objects so named reach the API server
+  that much later (a slow, loaded API server); ``hold(method, name_prefix)``: they wait
+  until the test ``release()``s them (forwarded, even when their client has gone: an API
+  server may finish a request its client gave up on) or ``drop_held()``s them (never).
 
 It terminates TLS with the API server's own serving certificate (valid for 127.0.0.1), so a
 kubeconfig that differs from the admin one only in its port reaches it, and forwards with the
@@ -63,6 +67,9 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._streams: set[asyncio.Transport] = set()  # open watch connections
         self._owed: set[str] = set()
+        # (method, object name prefix) -> seconds to wait before forwarding; None: held.
+        self._slow: dict[tuple[str, str], float | None] = {}
+        self._held: dict[str, tuple[asyncio.Future[bool], dict[str, Any]]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -109,6 +116,36 @@ class FaultProxy:
             self._owed = ({"500", "503", "429"} if error_ratio else set()) | \
                 ({"lose POST"} if lose_ratio else set()) | \
                 ({"stall PATCH"} if stall_ratio else set())
+
+    def delay(self, method: str, name_prefix: str, seconds: float) -> None:
+        with self._lock:
+            self._slow[(method, name_prefix)] = seconds
+
+    def hold(self, method: str, name_prefix: str) -> None:
+        with self._lock:
+            self._slow[(method, name_prefix)] = None
+
+    def held(self) -> dict[str, dict[str, Any]]:
+        """The requests held now: object name -> the request's body (decoded JSON)."""
+        with self._lock:
+            return {name: body for name, (_, body) in self._held.items()}
+
+    def release(self, *names: str) -> None:
+        """Forward these held requests now."""
+        self._settle(names, forward=True)
+
+    def drop_held(self) -> None:
+        """Never forward the requests held now (answered 503 if anyone still listens)."""
+        self._settle(None, forward=False)
+
+    def _settle(self, names: tuple[str, ...] | None, forward: bool) -> None:
+        with self._lock:
+            chosen = [n for n in self._held if names is None or n in names]
+            futures = [self._held.pop(n)[0] for n in chosen]
+            if names is None:
+                self._slow.clear()
+        for future in futures:
+            self._loop.call_soon_threadsafe(future.set_result, forward)
 
     def go_down(self) -> None:
         """From now on nothing answers: open watches are cut, new requests reset."""
@@ -200,6 +237,9 @@ class FaultProxy:
             self.count(f"injected {code}", request)
             return _status(code, "injected by the fault proxy")
         body = await request.read()
+        if not await self._wait_if_slow(request, body):
+            self.count(f"dropped held {request.method}", request)
+            return _status(503, "held and dropped by the fault proxy")
         assert self._session is not None
         async with self._session.request(
             request.method, f"{self.plane.server}{request.path_qs}", data=body or None,
@@ -217,6 +257,34 @@ class FaultProxy:
             await asyncio.sleep(stall_seconds)
         self.count("forwarded")
         return web.Response(status=status, body=data, headers={"Content-Type": content_type})
+
+    async def _wait_if_slow(self, request: web.Request, body: bytes) -> bool:
+        """Delay or hold a write asked for by `delay`/`hold`; False: it is dropped."""
+        if request.method not in WRITES or not self._slow:
+            return True
+        name = request.path.rstrip("/").rsplit("/", 1)[-1]
+        decoded: dict[str, Any] = {}
+        if body:
+            try:
+                decoded = json.loads(body)
+            except ValueError:
+                decoded = {}
+        if request.method == "POST":
+            name = str((decoded.get("metadata") or {}).get("name", ""))
+        with self._lock:
+            rule = next(((prefix, wait) for (method, prefix), wait in self._slow.items()
+                         if method == request.method and name.startswith(prefix)), None)
+            if rule is None:
+                return True
+            if rule[1] is None:
+                future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+                self._held[name] = (future, decoded)
+        if rule[1] is not None:
+            self.count(f"delayed {request.method}", request)
+            await asyncio.sleep(rule[1])
+            return True
+        self.count(f"held {request.method}", request)
+        return await future
 
     async def _watch(self, request: web.Request) -> web.StreamResponse:
         assert self._session is not None

@@ -102,6 +102,7 @@ class World:
     history: list[Plan] = field(default_factory=list)
     created: list[str] = field(default_factory=list)  # every pod name ever created, in order
     lost_causes: dict[str, GonePod] = field(default_factory=dict)  # what the backend saw go
+    owed: frozenset[str] = frozenset()  # pods the backend decided to create, not yet seen
 
     def __post_init__(self) -> None:
         self.framework = framework_of(self.job.kind, self.plugins)
@@ -122,7 +123,7 @@ class World:
                     set(self.extras),
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
                     now=self.now, settings=self.settings, lost_causes=lost_causes,
-                    restart_together=self.framework.replicas_restart_together)
+                    restart_together=self.framework.replicas_restart_together, owed=self.owed)
 
     def apply(self, p: Plan) -> Plan:
         """Carry out a plan the way a backend would."""

@@ -772,7 +772,9 @@ def test_scaling_a_running_job_recreates_every_replica(
     p = w.step()
     # Every pod rendered for the old counts goes (the extra ones of a scale-down too), at once.
     assert sorted(p.delete_pods) == old_pods
-    assert [e.reason for e in p.events] == ["JobRescaled"]
+    # Shards that restart together start a new attempt (a new RUN_ID) with the new counts.
+    together = ["RestartingTogether"] if w.framework.replicas_restart_together else []
+    assert [e.reason for e in p.events] == ["JobRescaled", *together]
     assert rescaled.format(after) in p.events[0].message
     assert_true_only(w, RESTARTING)
     assert w.condition(RESTARTING).reason == "JobRescaled"

@@ -5,7 +5,7 @@ counted. Through the planner and the fake backend of planner_helpers."""
 from __future__ import annotations
 
 from trainjobs.api.models import ConditionType
-from trainjobs.core.observed import GonePod, PodPhase
+from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
 
 from .helpers import env_values
 from .planner_helpers import World, c2_doc, mx_doc
@@ -156,3 +156,100 @@ def test_a_shard_whose_pod_disappears_restarts_all_as_lost() -> None:
     w.run()
     w.step()
     assert w.state == "Running"
+
+
+def attempts(w: World) -> dict[str, int | None]:
+    return {n: p.attempt for n, p in sorted(w.pods.items())}
+
+
+def test_no_pod_of_the_next_attempt_while_one_of_the_last_still_runs() -> None:
+    """The barrier (issue 29): a pod being deleted runs until its kubelet stops it (its grace
+    period; slow under load); the next attempt's pods wait for every one of the last, then
+    all come from one decision."""
+    w = running(c2_doc(workers=3, restart="OnFailure"), graceful=True)
+    w.fail("c2-worker-1", exit_code=137)
+    w.step()
+    assert w.status.attempt == 1 and all(p.deleting for p in w.pods.values())
+    del w.pods["c2-worker-1"], w.pods["c2-worker-2"]  # gone; worker-0 still terminating
+    assert w.pods["c2-worker-0"].phase is PodPhase.RUNNING
+    decision = w.step()
+    assert decision.create_pods == [] and decision.delete_pods == []
+    assert w.state == "Restarting"
+    w.gc()
+    created = w.step().create_pods
+    assert sorted(p["metadata"]["name"] for p in created) == WORKERS
+    assert set(attempts(w).values()) == {1}
+
+
+def test_a_finished_pod_of_an_earlier_attempt_may_linger_where_no_name_is_needed() -> None:
+    w = running(c2_doc(workers=2, restart="OnFailure"))
+    w.respec(c2_doc(workers=1, restart="OnFailure"))  # scaled down: a new attempt of one
+    w.step()
+    w.pods.clear()
+    w.pods["c2-worker-1"] = ObservedPod("c2-worker-1", "u-old", "worker", 1, PodPhase.FAILED,
+                                        attempt=0, exit_code=1, deleting=True)
+    assert [p["metadata"]["name"] for p in w.plan().create_pods] == ["c2-worker-0"]
+    w.set("c2-worker-1", phase=PodPhase.RUNNING)
+    assert w.plan().create_pods == []  # but not while one still runs
+
+
+def test_a_pod_of_an_attempt_that_is_over_going_is_no_loss() -> None:
+    """The backend sees the last attempt's pods go (deleted by an operator since restarted,
+    so not expected here): that is no loss of the new attempt, which must not end too."""
+    w = running(c2_doc(workers=3, restart="OnFailure"))
+    w.fail("c2-worker-1", exit_code=137)
+    w.step()
+    w.lost_causes = {n: GonePod(f"old-{n}", "deleted by someone other than the operator", 0)
+                     for n in WORKERS}
+    decision = w.step()
+    assert sorted(p["metadata"]["name"] for p in decision.create_pods) == WORKERS
+    assert w.status.attempt == 1 and "ReplicaLost" not in [e.reason for e in decision.events]
+    assert w.status.replica_statuses["Worker"].lost == 0
+
+
+def test_an_attempt_found_half_created_is_replaced_not_completed() -> None:
+    """An operator restarted between two creates of an attempt (or a pod of it deleted
+    before anyone saw it run): creating the rest would put two generations of one RUN_ID
+    in one rendezvous. The attempt is given up: its pods go, then a fresh one starts."""
+    w = running(c2_doc(workers=3, restart="OnFailure"))
+    w.fail("c2-worker-1", exit_code=137)
+    w.step()
+    w.step()  # attempt 1 created
+    del w.pods["c2-worker-2"]  # never created (or deleted before it ran)
+    decision = w.step()
+    assert decision.create_pods == []
+    assert sorted(decision.delete_pods) == ["c2-worker-0", "c2-worker-1"]
+    assert w.status.attempt == 2 and w.restarts() == {"Worker": 1}
+    w.settle()
+    assert attempts(w) == dict.fromkeys(WORKERS, 2)
+
+
+def test_an_owed_pod_of_the_attempt_is_created_in_it() -> None:
+    """The same operator's create that failed (a 500, a quota) is retried in the attempt."""
+    w = running(c2_doc(workers=3, restart="OnFailure"))
+    w.fail("c2-worker-1", exit_code=137)
+    w.step()
+    w.step()
+    del w.pods["c2-worker-2"]
+    w.owed = frozenset({"c2-worker-2"})
+    decision = w.step()
+    assert [p["metadata"]["name"] for p in decision.create_pods] == ["c2-worker-2"]
+    assert decision.delete_pods == [] and w.status.attempt == 1
+
+
+def test_a_pod_of_the_attempt_deleted_before_it_ran_starts_a_fresh_attempt() -> None:
+    w = World.of(c2_doc(workers=2))
+    w.step()  # created, still Pending: no index has started
+    w.set("c2-worker-1", deleting=True)  # deleted by someone else
+    decision = w.step()
+    assert w.status.attempt == 1 and decision.create_pods == []
+    assert decision.delete_pods == ["c2-worker-0"]
+
+
+def test_pods_of_a_later_attempt_than_the_status_make_the_next_one_fresh() -> None:
+    w = running(c2_doc(workers=2))
+    w.set("c2-worker-1", attempt=4)
+    w.step()
+    assert w.status.attempt == 5
+    w.settle()
+    assert attempts(w) == dict.fromkeys(["c2-worker-0", "c2-worker-1"], 5)

@@ -97,6 +97,9 @@ class GonePod:
 
     uid: str
     cause: str
+    # The job's attempt the pod was made for (replicas that restart together): a pod of an
+    # attempt that is over going is no loss of the current one. None: not known.
+    attempt: int | None = None
 
 
 def _parse_time(value: Any) -> datetime | None:

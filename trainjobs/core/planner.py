@@ -132,6 +132,7 @@ def plan(
     restart_together: bool = False,
     lost_causes: Mapping[str, GonePod] | None = None,
     create_refused: str = "",
+    owed: frozenset[str] = frozenset(),
 ) -> Plan:
     """Decide the next actions and the status for `job`.
 
@@ -146,6 +147,10 @@ def plan(
     forgets none (the status may lag a pod's start by its write coalescing).
     `create_refused` says why the backend's creates for this job wait ("QuotaExceeded: ..."):
     the Created condition's reason and the pending replicas' pendingReason tell it.
+    `owed` (replicas that restart together): the pods of the current attempt this backend
+    decided to create and has not seen created yet (a create that failed is retried); any
+    other pod of the attempt that is missing was deleted, or its create was cut off by an
+    operator restart: the attempt is broken and a fresh one starts (see `_next_attempt`).
     """
     now = now or datetime.now(UTC)
     old = job.status
@@ -180,7 +185,7 @@ def plan(
     new_counted: set[str] = set()
     restarts_now = _restart_totals(old)
     if restart_together:
-        _next_attempt(state, desired, pods)
+        _next_attempt(state, desired, pods, owed)
         if state.attempt != old.attempt:
             _forget_indexes(state)  # a new attempt runs every replica again
     _rescale(state, desired, pods)
@@ -194,6 +199,11 @@ def plan(
         outcomes.append(_outcome(state, replica, pod, policy,
                                  functools.partial(desired.pods.__getitem__, name), counted,
                                  new_counted, restarts_now, settings))
+    if restart_together and state.plan.create_pods and _earlier_alive(state, desired, pods):
+        # The barrier between attempts: none of this attempt's pods while one of an earlier
+        # attempt still runs (or holds a name), so that all start from one later decision.
+        state.plan.create_pods.clear()
+        state.restarting = True
     if state.attempt is not None and state.attempt != old.attempt:
         # `desired` was rendered for the attempt that just ended: create nothing from it.
         state.plan.create_pods.clear()
@@ -375,12 +385,22 @@ def _attempt_of(pod: ObservedPod, current: int) -> int:
     return current if pod.attempt is None else pod.attempt
 
 
-def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -> None:
+def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod],
+                  owed: frozenset[str]) -> None:
     """Replicas that restart together: a retryable failure (or a disruption) of a pod of the
     current attempt starts the next one, once. Its peers fail too as their group breaks
-    (Gloo aborts, exit 1 or 134): those failures are the same attempt's, never counted."""
+    (Gloo aborts, exit 1 or 134): those failures are the same attempt's, never counted.
+
+    An attempt number is never used again once one of its pods went: a pod of the attempt
+    missing (not owed) or being deleted, or pods rendered for other replica counts, start a
+    fresh attempt too; so does a pod that carries a later attempt than the status (the
+    status is written before any pod of an attempt is created, so that one is not known)."""
     current = state.job.status.attempt
     state.attempt = current
+    carried = max((p.attempt for p in pods if p.attempt is not None), default=current)
+    if carried > current:
+        state.attempt = carried + 1
+        return
     for pod in sorted(pods, key=lambda p: (not p.disrupted, p.replica_type_lower, p.index)):
         if pod.deleting or pod.phase is not PodPhase.FAILED or pod.name not in desired.pods or \
                 _attempt_of(pod, current) != current:
@@ -396,7 +416,7 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
     counted = set(state.job.status.counted_failures)
     for name, replica in desired.replicas.items():
         seen = by_name.get(name)
-        hint = state.lost_causes.get(name)
+        hint = _hint(state, name)
         if seen is not None and seen.deleting and seen.uid in counted:
             continue  # counted while it terminates
         gone = seen is None and hint is not None and hint.uid not in counted
@@ -407,6 +427,50 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
                 "the operator)"
             _lost(state, replica, name, cause, seen.uid if seen else "")
             state.attempt = current + 1
+    if state.attempt == current and _broken(state, desired, pods, owed):
+        state.attempt = current + 1
+
+
+def _broken(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod],
+            owed: frozenset[str]) -> bool:
+    """Whether the current attempt, some of whose pods exist, lost one before it ran or was
+    never completed (an operator restart cut its creates off), or must change its replica
+    counts: in each case some of its pods would be created again beside the others."""
+    current = state.job.status.attempt
+    mine = {p.name: p for p in pods
+            if p.name in desired.pods and _attempt_of(p, current) == current}
+    if not mine:
+        return False  # a fresh attempt: nothing of it exists yet
+    counts = replica_counts(state.job)
+    for name, replica in desired.replicas.items():
+        pod = mine.get(name)
+        if pod is None and name not in owed and \
+                replica.index not in state.completed[replica.type]:
+            return True
+        if pod is not None and (pod.deleting or (pod.replicas_rendered and
+                                pod.replicas_rendered != counts)):
+            return True
+    return False
+
+
+def _earlier_alive(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -> bool:
+    """Whether a pod of an earlier attempt still runs or may run (pending or running, even
+    while it is being deleted), or holds a name the current attempt needs."""
+    current = state.job.status.attempt
+    return any(_attempt_of(p, current) < current and
+               (p.name in desired.pods or p.phase in (PodPhase.PENDING, PodPhase.RUNNING,
+                                                      PodPhase.UNKNOWN))
+               for p in pods)
+
+
+def _hint(state: _State, name: str) -> GonePod | None:
+    """What the backend saw of pod `name` going, unless that pod belonged to an attempt that
+    is over (the operator deleted it, perhaps an operator that has since been restarted)."""
+    hint = state.lost_causes.get(name)
+    if hint is not None and hint.attempt is not None and \
+            hint.attempt != state.job.status.attempt:
+        return None
+    return hint
 
 
 def _stale(state: _State, pod: ObservedPod) -> bool:
@@ -440,7 +504,7 @@ def _outcome(
             return ReplicaOutcome(replica, ReplicaPhase.SUCCEEDED, 0)  # never run again
         body = manifest()
         name = body["metadata"]["name"]
-        hint = state.lost_causes.get(name)
+        hint = _hint(state, name)
         if replica.index in started or (hint is not None and hint.uid not in counted and
                                         name not in state.lost_names):
             _lost(state, replica, name, hint.cause if hint else "its pod disappeared "

@@ -181,6 +181,10 @@ class Controller:
         self._logged_state: dict[str, str] = {}  # key -> state logged, not yet in the cache
         # Per job: replica pods that went without our delete (name -> what they showed).
         self._gone: dict[str, dict[str, GonePod]] = {}
+        # Per job whose replicas restart together: the attempt and the pods of it this
+        # operator decided to create (the planner's `owed`; an operator restart forgets them,
+        # so an attempt found half-created is not completed but replaced).
+        self._owed: dict[str, tuple[int, frozenset[str]]] = {}
         self.create_gate = CreateGate()
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
@@ -224,6 +228,7 @@ class Controller:
             self._status_pending.pop(jkey, None)
             self._logged_state.pop(jkey, None)
             self._gone.pop(jkey, None)
+            self._owed.pop(jkey, None)
             self.create_gate.clear(jkey)
             self.expectations.forget(jkey)
             return
@@ -268,7 +273,8 @@ class Controller:
         if current is None or current.uid != entry.owner_uid or entry.pod is None:
             return
         cause = entry.pod.disruption or "deleted by someone other than the operator"
-        self._gone.setdefault(job, {})[entry.name] = GonePod(entry.pod.uid, cause)
+        self._gone.setdefault(job, {})[entry.name] = GonePod(entry.pod.uid, cause,
+                                                             entry.pod.attempt)
 
     # Running ----------------------------------------------------------------------------
 
@@ -372,13 +378,16 @@ class Controller:
             self._parsed.pop(key, None)
         pods, services, extras = self._observed(key, entry.uid, desired)
         gone = self._gone.pop(key, None)
+        together = framework.replicas_restart_together
+        owed = self._still_owed(key, status.attempt, pods) if together else frozenset()
         decision = await _cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
-                plan, settings=self.planner_settings,
-                restart_together=framework.replicas_restart_together, lost_causes=gone,
-                create_refused=self.create_gate.reason(key)),
+                plan, settings=self.planner_settings, restart_together=together,
+                lost_causes=gone, create_refused=self.create_gate.reason(key), owed=owed),
             job, desired, pods, services, extras,
             lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes))
+        if together:
+            self._owe(key, decision, owed)
         if self.watched:
             decision.status = self._with_object_statuses(key, entry.uid, job, decision.status)
         await self._write_status(key, job, decision.status)
@@ -391,6 +400,20 @@ class Controller:
         await self._act(key, job, decision)
         if decision.requeue_after is not None:
             self.queue.add_after(key, decision.requeue_after)
+
+    def _still_owed(self, key: str, attempt: int, pods: list[ObservedPod]) -> frozenset[str]:
+        """The pods of `attempt` this operator decided to create and has not seen yet."""
+        owed_attempt, names = self._owed.get(key, (-1, frozenset()))
+        if owed_attempt != attempt:
+            return frozenset()
+        return names - {p.name for p in pods}
+
+    def _owe(self, key: str, decision: Plan, owed: frozenset[str]) -> None:
+        names = owed | {p["metadata"]["name"] for p in decision.create_pods}
+        if names:
+            self._owed[key] = (decision.status.attempt, names)
+        else:
+            self._owed.pop(key, None)
 
     def _observed(self, key: str, uid: str, desired: RenderedJob
                   ) -> tuple[list[ObservedPod], set[str], set[str]]:
