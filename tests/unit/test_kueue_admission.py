@@ -127,7 +127,7 @@ def test_why_a_workload_waits(conditions: tuple[dict[str, Any], ...],
 
 
 def test_merge_into_pod_is_kueues_merge() -> None:
-    pod = {"metadata": {"name": "mx-worker-0", "labels": {"a": "1"}},
+    pod: dict[str, Any] = {"metadata": {"name": "mx-worker-0", "labels": {"a": "1"}},
            "spec": {"nodeSelector": {"disk": "ssd"},
                     "tolerations": [{"key": "spot-taint", "operator": "Exists",
                                      "effect": "NoSchedule"}],

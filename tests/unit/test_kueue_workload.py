@@ -41,7 +41,10 @@ def labelled(doc: Doc, **labels: str) -> Doc:
     return doc
 
 
-def workload_of(doc: Doc, classes: PriorityClasses = PriorityClasses()) -> dict[str, Any]:
+NO_CLASSES = PriorityClasses()
+
+
+def workload_of(doc: Doc, classes: PriorityClasses = NO_CLASSES) -> dict[str, Any]:
     job = parse(doc)
     sets = job_pod_sets(job, framework_of(job.kind), render(job))
     return build_workload(job, sets, resolve_priority(job, sets, classes))
@@ -186,7 +189,7 @@ def test_a_missing_priority_class_is_a_typed_error() -> None:
         workload_of(labelled(mxjob(), **{k.LABEL_PRIORITY_CLASS: "nope"}), CLASSES)
     doc = labelled(mxjob())
     doc["spec"]["runPolicy"] = {"schedulingPolicy": {"priorityClass": "gone"}}
-    with pytest.raises(PriorityClassNotFound, match='priorityclasses.scheduling.k8s.io "gone"'):
+    with pytest.raises(PriorityClassNotFound, match=r'priorityclasses\.scheduling\.k8s\.io "gone"'):
         workload_of(doc, CLASSES)
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "PatchWorkload",
     "Step",
     "decide",
+    "finalize_orphan",
 ]
 
 
@@ -308,6 +309,20 @@ def _desired(p: _Pass) -> dict[str, Any]:
     return build_workload(p.job, p.state.pod_sets, priority)
 
 
+def finalize_orphan(wl: Workload, now: datetime) -> PatchWorkload | None:
+    """FinalizeOrphanedWorkload (pkg/workload/workload.go:1421), for a Workload whose job is
+    gone or being deleted (reconciler.go:317 and 732): Finished with reason OwnerNotFound
+    (FinishOrphanedWorkloads is on in v0.19.2) unless it is being deleted or has no
+    controller, then Kueue's finalizer removed. One write per call: the Workload's next
+    watch event brings the second."""
+    if (not wl.metadata.deletion_timestamp and wl.metadata.controller() is not None
+            and not wl.is_true(k.COND_FINISHED)):
+        conditions = finished_conditions(wl, "OwnerNotFound",
+                                         "The workload's owner no longer exists", now)
+        return PatchWorkload(wl.metadata.name, status_patch(wl, conditions), "status")
+    return _remove_finalizer(wl)
+
+
 def decide(state: JobState, owned: Sequence[Workload], flavors: Mapping[str, ResourceFlavor],
            classes: PriorityClasses, now: datetime, prebuilt: Workload | None = None,
            settings: KueueSettings = KueueSettings()) -> Step:
@@ -317,6 +332,12 @@ def decide(state: JobState, owned: Sequence[Workload], flavors: Mapping[str, Res
     `flavors`, `classes`: the cluster's ResourceFlavors and priority classes."""
     p = _Pass(state, owned, prebuilt, flavors, classes, settings, now)
     job = state.job
+    if job.metadata.deletion_timestamp is not None:  # loadJob, finalize (reconciler.go:317)
+        for orphan in owned:
+            action = finalize_orphan(orphan, now)
+            if action is not None:
+                return Step(None, action, local=state.local, workload=orphan.metadata.name)
+        return Step(None, local=state.local)
     if not settings.manage_jobs_without_queue_name and not queue_name(job):
         return Step(None, local=state.local)  # reconciler.go:364
 
