@@ -478,3 +478,19 @@ def test_a_job_being_deleted_finalizes_its_workloads() -> None:
     step = run(state_of(doc), pending(doc))
     assert step.admission is None
     assert isinstance(step.action, PatchWorkload) and step.action.subresource == "status"
+
+
+def test_a_flavor_conflicting_with_the_templates_node_selector_fails_to_start() -> None:
+    doc = job_doc()
+    doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {
+        "instance-type": "on-demand"}
+    step = run(state_of(doc), admitted(doc))
+    conds = status_conditions(step)
+    assert conds["Finished"]["reason"] == "FailedToStart"
+    assert "conflict for key=instance-type, value1=on-demand, value2=spot" in (
+        conds["Finished"]["message"])
+    # A nodeSelector that agrees with the flavor is fine.
+    doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {
+        "instance-type": "spot"}
+    step = run(state_of(doc), admitted(doc))
+    assert step.admission is not None and step.admission.admitted

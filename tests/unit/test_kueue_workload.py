@@ -128,7 +128,7 @@ def test_metadata_owner_finalizer_labels_and_queue() -> None:
     meta = wl["metadata"]
     assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta2" and wl["kind"] == "Workload"
     assert meta["name"] == workload_name("mx", UID, "MxJob", "trainjobs.io")
-    assert meta["labels"] == {k.LABEL_JOB_UID: UID}
+    assert meta["labels"] == {k.LABEL_JOB_UID: UID, "trainjobs.io/job-name": "mx"}
     assert meta["finalizers"] == [k.FINALIZER_RESOURCE_IN_USE]
     assert meta["annotations"] == {"provreq.kueue.x-k8s.io/maxRunDurationSeconds": "60"}
     assert meta["ownerReferences"] == [{

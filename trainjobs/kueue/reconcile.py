@@ -23,7 +23,8 @@ from datetime import datetime
 from typing import Any
 
 from trainjobs.api.models import Job
-from trainjobs.core.admission import Admission, Eviction, PodSetConflict
+from trainjobs.core.admission import Admission, Eviction, PodSetConflict, merge_into_pod
+from trainjobs.core.render import LABEL_JOB_NAME
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.admission import FlavorNotFound, pod_set_changes, waiting_reason
 from trainjobs.kueue.conditions import (
@@ -186,6 +187,12 @@ def _observed(p: _Pass, wl: Workload) -> Admission:
         return _stopped(evicted.reason, evicted.message, wl)
     if wl.is_true(k.COND_ADMITTED):
         changes = pod_set_changes(wl, p.flavors, _replica_types(p.state))
+        # RunWithPodSetsInfo's podset.Merge into each type's template: a conflict with what
+        # the pods already have (a template's nodeSelector) is found here, before any pod.
+        for pod_set in p.state.pod_sets:
+            key = _replica_types(p.state).get(pod_set.name)
+            if key in changes:
+                merge_into_pod(pod_set.template, changes[key])
         admission = wl.status.admission
         return Admission(admitted=True, pod_sets=changes,
                          cluster_queue=admission.cluster_queue if admission else "",
@@ -235,7 +242,8 @@ def _ensure_one(p: _Pass) -> tuple[Workload | None, Step | None]:
         if owner is not None and owner.uid != job.metadata.uid:
             return None, None  # controlled by another object: ignored
         if owner is None:  # EnsurePrebuiltWorkloadOwnership
-            labels = {**wl.metadata.labels, k.LABEL_JOB_UID: job.metadata.uid}
+            labels = {**wl.metadata.labels, k.LABEL_JOB_UID: job.metadata.uid,
+                      LABEL_JOB_NAME: job.name}
             refs = [*(o.to_api() for o in wl.metadata.owner_references), owner_reference(job)]
             patch = PatchWorkload(wl.metadata.name,
                                   _meta_patch(wl, labels=labels, ownerReferences=refs))

@@ -22,6 +22,7 @@ from typing import Any
 from trainjobs.api.models import Job
 from trainjobs.core.render import (
     ANNOTATION_ATTEMPT,
+    LABEL_JOB_NAME,
     LABEL_JOB_ROLE,
     LABEL_REPLICA_INDEX,
     PLACEHOLDER_UID,
@@ -249,7 +250,9 @@ def build_workload(job: Job, pod_sets: Sequence[PodSet],
     suspended job (the job's custom workload activation, reconciler.go:430)."""
     uid = job.metadata.uid or PLACEHOLDER_UID
     group = job.api_version.rpartition("/")[0]
-    labels: dict[str, str] = {}
+    # trainjobs' own label: the operator's Workload informer selects on it (Kueue's jobs'
+    # Workloads do not carry it), like every other object a job owns.
+    labels: dict[str, str] = {LABEL_JOB_NAME: job.name}
     if len(uid) <= 63 and _LABEL_VALUE.match(uid):
         labels[k.LABEL_JOB_UID] = uid
     annotations = {key: v for key, v in job.metadata.annotations.items()
