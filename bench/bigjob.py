@@ -27,17 +27,11 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench._common import (
-    DEFAULT_OPERATOR_CMD,
-    Api,
-    Cluster,
-    OperatorProcess,
-    gather_limited,
-    log,
-    machine,
-    tfjob,
-    write_result,
-)
+from bench.api import Api, gather_limited
+from bench.cluster import Cluster
+from bench.jobs import tfjob
+from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
+from bench.report import log, machine, write_result
 
 NS = "bench-bigjob"
 PLURALS = {"TfJob": "tfjobs", "MxJob": "mxjobs"}

@@ -37,32 +37,22 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench._common import (
-    BENCH_UA,
-    CEILING_UA,
-    DEFAULT_OPERATOR_CMD,
+from bench.api import BENCH_UA, CEILING_UA, Api, gather_limited
+from bench.cluster import Cluster
+from bench.cpu import cpu_diff, cpu_snapshot
+from bench.jobs import rendered_objects, tfjob, tfjob_path
+from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
+from bench.report import (
     RESULTS_DIR,
-    Api,
-    Cluster,
-    OperatorProcess,
-    Watcher,
-    attribute,
-    audit_writes,
-    counter_diff,
-    cpu_diff,
-    cpu_snapshot,
-    gather_limited,
     install_signal_handlers,
     log,
     machine,
-    rendered_objects,
     series_since,
     stats,
-    tfjob,
-    tfjob_path,
-    write_counters,
     write_result,
 )
+from bench.watcher import Watcher
+from bench.writes import attribute, audit_writes, counter_diff, write_counters
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

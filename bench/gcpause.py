@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import RESULTS_DIR, machine, stats, write_result
+from bench.report import RESULTS_DIR, machine, stats, write_result
 
 VARIANTS = ("cpython-default", "trainjobs-freeze")
 PHASES = ("growth", "churn")

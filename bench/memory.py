@@ -20,7 +20,7 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from bench._common import tfjob
+from bench.jobs import tfjob
 from trainjobs.core.render import render_job
 from trainjobs.core.validation import parse_job
 from trainjobs.operator.cache import PackedRender, reduce_job, reduce_owned

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench._common import RESULTS_DIR
+from bench.report import RESULTS_DIR
 
 COLORS = {"ours": "tab:blue", "ceiling": "tab:gray"}
 

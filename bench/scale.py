@@ -42,34 +42,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench._common import (
-    BENCH_UA,
-    CEILING_UA,
-    DEFAULT_OPERATOR_CMD,
-    RESULTS_DIR,
-    Api,
-    Cluster,
-    JobTrack,
-    OperatorProcess,
-    PodTrack,
-    Watcher,
-    attribute,
-    audit_writes,
-    counter_diff,
-    cpu_diff,
-    cpu_snapshot,
-    gather_limited,
-    install_signal_handlers,
-    log,
-    machine,
-    rendered_objects,
-    stats,
-    tfjob,
-    tfjob_path,
-    write_counters,
-    write_result,
-)
+from bench.api import BENCH_UA, CEILING_UA, Api, gather_limited
+from bench.cluster import Cluster
+from bench.cpu import cpu_diff, cpu_snapshot
 from bench.fanout import _path, _start_pyspy, _stop_pyspy
+from bench.jobs import rendered_objects, tfjob, tfjob_path
+from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
+from bench.report import RESULTS_DIR, install_signal_handlers, log, machine, stats, write_result
+from bench.watcher import JobTrack, PodTrack, Watcher
+from bench.writes import attribute, audit_writes, counter_diff, write_counters
 from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION
 
 

@@ -14,7 +14,7 @@ import asyncio
 import builtins
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +40,14 @@ from trainjobs.kube import (
     ApiBadRequest,
     ApiConnectionError,
     ApiError,
-    ApiGone,
     ApiNotFound,
     Kube,
+    ListWatch,
     Resource,
-    WatchDropped,
     connect,
     job_resource,
 )
+from trainjobs.kube.listwatch import LISTED
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Framework
 from trainjobs.yamlio import load_documents, read_documents
@@ -160,9 +160,8 @@ class AsyncClient:
             body["metadata"]["namespace"] = ns
             resource = self.resource(job.kind)
             try:
-                created = await kube.request("POST", resource.url(ns), body)
-            except ApiConnectionError as exc:
-                raise ClusterUnreachable(str(exc)) from None
+                with reaching():
+                    created = await kube.request("POST", resource.url(ns), body)
             except ApiNotFound as exc:
                 raise self._not_installed(resource, ns, exc) from None
             out.append(self.job_from_api(created))
@@ -183,10 +182,8 @@ class AsyncClient:
             except ApiNotFound:
                 return None
 
-        try:
+        with reaching():
             found = [r for r in await asyncio.gather(*(one(fw) for fw in frameworks)) if r]
-        except ApiConnectionError as exc:
-            raise ClusterUnreachable(str(exc)) from None
         if not found:
             what = kind or "job (of any kind: " + ", ".join(self.plugins.frameworks) + ")"
             raise JobNotFound(f"no {what} named {name!r} in namespace {ns!r}")
@@ -212,11 +209,9 @@ class AsyncClient:
                 return []
             return [{**item, "kind": fw.kind} for item in items]
 
-        try:
+        with reaching():
             found = [r for rs in await asyncio.gather(*(one(fw) for fw in frameworks))
                      for r in rs]
-        except ApiConnectionError as exc:
-            raise ClusterUnreachable(str(exc)) from None
         jobs = [self.job_from_api(r) for r in found]
         return sorted(jobs, key=lambda j: (j.metadata.creation_timestamp is None,
                                            j.metadata.creation_timestamp, j.key))
@@ -228,11 +223,10 @@ class AsyncClient:
         job = await self.get(name, kind, namespace)
         kube = await self.kube()
         try:
-            await kube.delete(self.resource(job.kind), job.namespace, job.name)
+            with reaching():
+                await kube.delete(self.resource(job.kind), job.namespace, job.name)
         except ApiNotFound:
             return job
-        except ApiConnectionError as exc:
-            raise ClusterUnreachable(str(exc)) from None
         if wait:
             try:
                 await asyncio.wait_for(self._gone(job), timeout)
@@ -302,31 +296,16 @@ class AsyncClient:
         unless `resource_version` is given, then WATCH; a dropped watch is resumed, an
         expired resourceVersion listed again."""
         kube = await self.kube()
-        rv = resource_version
-        while True:
-            try:
-                if not rv:
-                    items, rv = await kube.list(resource, namespace,
-                                                label_selector=label_selector,
-                                                field_selector=field_selector)
-                    for item in items:
-                        yield "ADDED", item
-                async for event in kube.watch(resource, namespace, rv,
-                                              label_selector=label_selector,
-                                              field_selector=field_selector):
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        rv = ""  # 410 Expired comes as an ERROR event: list again
-                        break
-                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        yield str(event["type"]), obj
-            except WatchDropped:
-                await asyncio.sleep(0.5)
-            except ApiGone:
-                rv = ""
-            except ApiConnectionError as exc:
-                raise ClusterUnreachable(str(exc)) from None
+        follow = ListWatch(kube, resource, namespace, label_selector=label_selector,
+                           field_selector=field_selector, resource_version=resource_version,
+                           retry=_retried_by_client)
+        with reaching():
+            async with contextlib.aclosing(follow.events()) as events:
+                async for event in events:
+                    if event.type == LISTED:
+                        yield "ADDED", event.object
+                    elif event.type in ("ADDED", "MODIFIED", "DELETED"):
+                        yield event.type, event.object
 
     # -- pods, events, logs -------------------------------------------------------------
 
@@ -446,6 +425,23 @@ def job_from_api(raw: dict[str, Any], plugins: PluginManager) -> Job:
     except SpecInvalid:
         spec = JobSpec.model_construct(replica_specs={})
     return Job(kind=str(raw.get("kind", "")), metadata=meta, spec=spec, status=status)
+
+
+@contextlib.contextmanager
+def reaching() -> Iterator[None]:
+    """Raise `ClusterUnreachable` for an API server that did not answer: the client's one
+    mapping of the transport's `ApiConnectionError` (a dropped watch is resumed before it
+    gets here)."""
+    try:
+        yield
+    except ApiConnectionError as exc:
+        raise ClusterUnreachable(str(exc)) from None
+
+
+def _retried_by_client(error: ApiError) -> bool:
+    """What a watch retries by itself: an API server that answered but failed for now (5xx,
+    429). One that does not answer is the caller's to hear about (`ClusterUnreachable`)."""
+    return error.retryable and not isinstance(error, ApiConnectionError)
 
 
 def job_conditions(job: Job) -> set[str]:

@@ -4,7 +4,7 @@ Why one package below everything else (kopf's `_cogs/clients` split): the operat
 Python client, the CLI, the benchmarks and the test harness reach the API server through the
 same connection code (`connect`, `Kube`), the same typed errors (`errors`: `ApiNotFound`,
 `ApiConflict`, `ApiConnectionError`...), the same reachability record and the same
-list-then-watch (`informer`), so each of these is written, and fixed, once. It imports
+list-then-watch (`listwatch`), so each of these is written, and fixed, once. It imports
 nothing of the operator or the client.
 
 - `api`: `connect` (kubeconfig or in-cluster) and `Kube` (raw-JSON requests, paged lists,
@@ -12,12 +12,22 @@ nothing of the operator or the client.
 - `errors`: the API error tree, chosen once from each response.
 - `resources`: `Resource` (a kind's URL) and the kinds trainjobs uses.
 - `reachability`: since when the API server has not answered.
-- `informer`: list-then-watch into a cache of reduced objects.
+- `listwatch`: the one list-then-watch loop (the informer, the client's watch and the
+  benchmarks' watcher follow resources with it).
+- `informer`: a cache of reduced objects kept by list-then-watch.
 """
 
 from __future__ import annotations
 
-from trainjobs.kube.api import LIST_PAGE_SIZE, ErrorHook, Kube, Query, connect, gather_limited
+from trainjobs.kube.api import (
+    LIST_PAGE_SIZE,
+    ErrorHook,
+    Kube,
+    Query,
+    connect,
+    gather_limited,
+    split_lines,
+)
 from trainjobs.kube.errors import (
     ApiBadRequest,
     ApiConflict,
@@ -32,6 +42,7 @@ from trainjobs.kube.errors import (
     WatchDropped,
     api_error,
 )
+from trainjobs.kube.listwatch import ListWatch, WatchEvent
 from trainjobs.kube.reachability import Reachability
 from trainjobs.kube.resources import (
     BY_API_KIND,
@@ -66,12 +77,15 @@ __all__ = [
     "ApiTooManyRequests",
     "ErrorHook",
     "Kube",
+    "ListWatch",
     "Query",
     "Reachability",
     "Resource",
     "WatchDropped",
+    "WatchEvent",
     "api_error",
     "connect",
     "gather_limited",
     "job_resource",
+    "split_lines",
 ]

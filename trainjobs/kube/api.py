@@ -27,7 +27,9 @@ from trainjobs.kube.errors import ApiConnectionError, ApiError, WatchDropped, ap
 from trainjobs.kube.reachability import Reachability
 from trainjobs.kube.resources import Resource
 
-__all__ = ["LIST_PAGE_SIZE", "ErrorHook", "Kube", "Query", "connect", "gather_limited"]
+__all__ = [
+    "LIST_PAGE_SIZE", "ErrorHook", "Kube", "Query", "connect", "gather_limited", "split_lines",
+]
 
 #: What a failed call is reported to besides the caller: (verb, error).
 ErrorHook = Callable[[str, ApiError], None]
@@ -217,21 +219,8 @@ class Kube:
         if on_open is not None:
             on_open()
         try:
-            # Split lines ourselves: aiohttp's line iterator refuses lines over 64 KiB, and a
-            # job with a large pod template can be larger.
-            buffer = b""
-            async for chunk in resp.content.iter_any():
-                buffer += chunk
-                if b"\n" not in chunk:
-                    continue
-                # All lines at once: splitting one line off at a time copied the rest of the
-                # buffer per line, quadratic in a chunk of many large events (a burst of
-                # pods with a large TF_CONFIG each), all of it inside the event loop.
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    yield line
-            if buffer and unterminated:
-                yield buffer
+            async for line in split_lines(resp.content.iter_any(), unterminated=unterminated):
+                yield line
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             # The stream broke (connection reset, API server restarted, proxy cut it): the
             # caller watches again from the last resourceVersion it saw.
@@ -239,6 +228,28 @@ class Kube:
                 f"watch dropped: {type(exc).__name__}: {exc}")) from None
         finally:
             resp.release()
+
+
+async def split_lines(chunks: AsyncIterator[bytes], *, unterminated: bool = False
+                      ) -> AsyncIterator[bytes]:
+    """The lines of a byte stream, without their newline; `unterminated`: also the text
+    after the last newline.
+
+    Why not aiohttp's line iterator: it refuses lines over 64 KiB, and a job with a large pod
+    template is larger. All lines of a chunk are split at once: splitting one line off at a
+    time copied the rest of the buffer per line, quadratic in a chunk of many large events (a
+    burst of pods with a large TF_CONFIG each), all of it inside the event loop.
+    """
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        if b"\n" not in chunk:
+            continue
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line
+    if buffer and unterminated:
+        yield buffer
 
 
 def _selectors(label_selector: str, field_selector: str) -> list[tuple[str, Any]]:

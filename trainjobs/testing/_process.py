@@ -83,26 +83,52 @@ class ProcessRef:
 
     def alive(self) -> bool:
         """Running (not a zombie) and still the same process that was started."""
-        stat = _read_stat(self.pid)
-        if stat is None:
-            return False
-        state, started = stat
-        return state != "Z" and started == self.start_time
+        stat = proc_stat(self.pid)
+        return stat is not None and stat.state != "Z" and stat.start_time == self.start_time
 
 
 def start_time_of(pid: int) -> int | None:
-    stat = _read_stat(pid)
-    return None if stat is None else stat[1]
+    stat = proc_stat(pid)
+    return None if stat is None else stat.start_time
 
 
-def _read_stat(pid: int) -> tuple[str, int] | None:
+@dataclass(frozen=True)
+class ProcStat:
+    """What ``/proc/PID/stat`` says of a process: what the harness needs to know it is the
+    same process, and what the benchmarks sample (its session, its CPU time)."""
+
+    state: str
+    session: int
+    cpu_s: float  # utime + stime
+    start_time: int  # clock ticks after boot
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """``pid``'s stat line, None when there is no such process."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # Field 2 (comm) may contain spaces and parentheses: split after its closing paren.
     fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[19])
+    return ProcStat(state=fields[0], session=int(fields[3]),
+                    cpu_s=(int(fields[11]) + int(fields[12])) / _CLK_TCK,
+                    start_time=int(fields[19]))
+
+
+def proc_memory(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of ``pid`` in KiB; (0, 0) when it is gone."""
+    rss = hwm = 0
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+            elif line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+    return rss, hwm
 
 
 def stop_processes(
