@@ -494,3 +494,56 @@ def test_a_flavor_conflicting_with_the_templates_node_selector_fails_to_start() 
         "instance-type": "spot"}
     step = run(state_of(doc), admitted(doc))
     assert step.admission is not None and step.admission.admitted
+
+
+# A third-party kind ------------------------------------------------------------------------------
+
+
+def test_a_kind_from_a_third_party_plugin_is_admitted_with_no_plugin_change() -> None:
+    """The example PyTorchJob plugin (examples/plugins/trainjobs-pytorch), loaded as it is:
+    its Workload, waiting, admission and the flavors on its pods come from the core alone."""
+    import importlib.util
+    from pathlib import Path
+
+    from trainjobs.core.admission import merge_into_pod
+    from trainjobs.plugin.manager import DISABLE_AUTOLOAD_ENV, LoadedPlugin, load_plugins
+
+    from .helpers import REPO, container, plugin_env, replica, template
+    from .helpers import job_doc as make_doc
+
+    source = Path(REPO, "examples/plugins/trainjobs-pytorch/src/trainjobs_pytorch/__init__.py")
+    spec = importlib.util.spec_from_file_location("trainjobs_pytorch_under_test", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with plugin_env(**{DISABLE_AUTOLOAD_ENV: "1"}):
+        plugins = load_plugins(extra=[(module.plugin, LoadedPlugin(
+            "pytorch", module.__name__, "trainjobs-pytorch", "0"))])
+    doc = make_doc("PyTorchJob", "pt", {
+        "Master": replica(1, template(container("pytorch"))),
+        "Worker": replica(3, template(container("pytorch", resources={
+            "requests": {"cpu": "4"}})))})
+    doc["metadata"].update(uid=UID, namespace="ns", labels={k.LABEL_QUEUE_NAME: "team-a"})
+    job = parse(doc, plugins)
+    rendered = render(job, plugins)
+    framework = plugins.framework_for("PyTorchJob")
+    assert framework is not None
+    sets = tuple(job_pod_sets(job, framework, rendered))
+    assert [(p.name, p.count) for p in sets] == [("master", 1), ("worker", 3)]
+    state = JobState(job, sets, active=False, pods_ready=False)
+    created = decide(state, [], flavors(), CLASSES, NOW)
+    assert isinstance(created.action, CreateWorkload)
+    manifest_ = created.action.manifest
+    assert manifest_["metadata"]["name"].startswith("pytorchjob-pt-")
+    assert manifest_["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob"
+    wl = with_status(manifest_, quota_reserved(), admitted_cond(),
+                     cond("PodsReady", "False", "WaitForStart"),
+                     adm=admission(master="default-flavor", worker="spot"))
+    step = decide(state, [wl], flavors(), CLASSES, NOW)
+    assert step.action is None and step.admission is not None and step.admission.admitted
+    pod = merge_into_pod(rendered.pods["pt-worker-2"], step.admission.pod_sets["Worker"])
+    assert pod["spec"]["nodeSelector"] == {"instance-type": "spot"}
+    assert pod["spec"]["tolerations"] == [{"key": "spot-taint", "operator": "Exists",
+                                           "effect": "NoSchedule"}]
+    assert pod["metadata"]["labels"][k.LABEL_PODSET] == "worker"
+    assert pod["metadata"]["annotations"][k.ANNOTATION_WORKLOAD] == wl.metadata.name
