@@ -417,11 +417,17 @@ class AsyncClient:
 def job_from_api(raw: dict[str, Any], plugins: PluginManager) -> Job:
     """A `Job` from the API server's object: spec parsed by its kind's model, metadata and
     status as stored. A job the cluster holds but that no longer validates (a plugin changed)
-    keeps its metadata and status with an empty spec, as the operator reads it."""
+    keeps its metadata and status with an empty spec, as the operator reads it.
+
+    Parsed without rendering its pods: `list`, `watch` and `wait` read every job on every
+    event, and rendering a job costs with the square of its replicas (every pod's TF_CONFIG
+    lists every peer). The rendered objects' own checks (environment collisions, derived
+    names) are the operator's, which reports them in the job's status."""
     meta = ObjectMeta.model_validate(raw.get("metadata") or {})
     status = JobStatus.model_validate(raw.get("status") or {})
     try:
-        spec = parse_job({k: v for k, v in raw.items() if k != "status"}, plugins).spec
+        spec = parse_job({k: v for k, v in raw.items() if k != "status"}, plugins,
+                         render=False).spec
     except SpecInvalid:
         spec = JobSpec.model_construct(replica_specs={})
     return Job(kind=str(raw.get("kind", "")), metadata=meta, spec=spec, status=status)

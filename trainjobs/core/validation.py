@@ -8,6 +8,7 @@ rules', the pod templates', the plugins') and raised together in one `SpecInvali
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,11 +117,16 @@ def split_jobs(docs: list[Any], plugins: PluginManager, source: str = "") -> Job
 
 
 def parse_job(doc: Any, plugins: PluginManager, source: str = "",
-              limit: ReplicaLimit = CRD_LIMIT) -> Job:
+              limit: ReplicaLimit = CRD_LIMIT, *,
+              controller_config: Mapping[str, Any] | None = None, render: bool = True) -> Job:
     """Validate one job document; raise `SpecInvalid` with every problem found.
 
     A job over `limit` is refused before anything is rendered: its cost grows with its
-    replicas, so the check must not pay it."""
+    replicas, so the check must not pay it. The last check renders the job's pods once, with
+    `controller_config`: the operator passes its own, so that plugins which read it
+    (accelerators, gang scheduling, the PS server's image) are checked on the pods it will
+    create. `render=False` skips that rendering: reading a job the API server already holds
+    (the client's list, watch and wait) must not cost a rendering of every pod."""
     if not isinstance(doc, dict):
         raise SpecInvalid([SpecError("", "a job must be a mapping with apiVersion, kind, "
                                          "metadata and spec")], source)
@@ -149,7 +155,8 @@ def parse_job(doc: Any, plugins: PluginManager, source: str = "",
     if meta is None or spec is None:
         raise SpecInvalid(_in_kind_terms(errors, framework), source)
     job = Job(apiVersion=framework.api_version, kind=framework.kind, metadata=meta, spec=spec)
-    errors += check_job(job, framework, plugins, limit)
+    errors += check_job(job, framework, plugins, limit, controller_config=controller_config,
+                        render=render)
     if errors:
         raise SpecInvalid(_in_kind_terms(errors, framework), source)
     return job
@@ -166,8 +173,11 @@ def _in_kind_terms(errors: list[SpecError], framework: Framework) -> list[SpecEr
 
 
 def check_job(job: Job, framework: Framework, plugins: PluginManager,
-              limit: ReplicaLimit = CRD_LIMIT) -> list[SpecError]:
-    """The checks beyond the models: replica rules, names, pod templates, plugins, env."""
+              limit: ReplicaLimit = CRD_LIMIT, *,
+              controller_config: Mapping[str, Any] | None = None,
+              render: bool = True) -> list[SpecError]:
+    """The checks beyond the models: replica rules, names, pod templates, plugins, and (when
+    `render`) the rendered pods' environment and names, rendered with `controller_config`."""
     errors = _check_replicas(job.spec, framework)
     over = _check_limit(job.spec, limit)
     if over:
@@ -198,14 +208,15 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager,
     if errors:
         return errors
     errors += plugins.validate(job, framework)
-    if errors:
+    if errors or not render:
         return errors
     # Render once with placeholder addresses: collisions between injected and user-set
     # environment variables, or between plugins, surface here, before anything runs.
     # One pod at a time, each dropped once seen: a job's rendered objects can be large.
     from trainjobs.core.render import Rendering  # render imports this module's helpers
 
-    rendering = Rendering(job, framework, plugins, backend="kubernetes")
+    rendering = Rendering(job, framework, plugins, backend="kubernetes",
+                          controller_config=dict(controller_config or {}))
     owned: list[str] = []
     bare: set[str] = set()  # replica types whose pods got no container
     try:

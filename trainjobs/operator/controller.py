@@ -328,8 +328,9 @@ class Controller:
         limit = ReplicaLimit(self.settings.max_replicas_per_job,
                              "this operator (--max-replicas-per-job)")
         try:
-            job = await _cpu(_replica_count(entry.raw) > OFFLOAD_REPLICAS, parse_job,
-                             entry.raw, self.plugins, key, limit)
+            job = await _cpu(_replica_count(entry.raw) > OFFLOAD_REPLICAS, functools.partial(
+                parse_job, controller_config=self.settings.controller_config),
+                entry.raw, self.plugins, key, limit)
             parsed = _Parsed(entry.generation, entry.uid, job, None)
         except SpecInvalid as exc:
             parsed = _Parsed(entry.generation, entry.uid, None, None, exc)
