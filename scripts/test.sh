@@ -17,6 +17,8 @@ export TRAINJOBS_CONTROL_PLANE_BIN=$bin
 step "gang schedulers (scheduler-plugins' Coscheduling, Volcano's vc-scheduler)"
 # Progress (what is built, how long each binary took) goes to the log; nothing is kept.
 for gang in coscheduling volcano; do scripts/build-gang-schedulers.sh "$gang" >&2; done
+step "kueue v0.19.2 (sigs.k8s.io/kueue ./cmd/kueue, its CRDs and webhook manifests)"
+scripts/build-kueue.sh >&2
 step "helm (built from the Go module proxy)"
 scripts/get-helm.sh >/dev/null
 step "redis-server"

@@ -30,7 +30,13 @@ from trainjobs_kubeflow import GROUP as KUBEFLOW_GROUP
 from tests.integration.operator_helpers import CRDS_DIR, Namespace, Operators
 from trainjobs.crdgen import crd_file_name, render_crd_yaml
 from trainjobs.plugin.manager import load_plugins
-from trainjobs.testing import GANG_SCHEDULERS, ControlPlane, apply_crds, find_gang_scheduler
+from trainjobs.testing import (
+    GANG_SCHEDULERS,
+    ControlPlane,
+    KueueOptions,
+    apply_crds,
+    find_gang_scheduler,
+)
 
 _OPERATORS = pytest.StashKey[Operators]()
 
@@ -67,6 +73,15 @@ def kubeflow_crds(kube_cluster: ControlPlane, tmp_path_factory: pytest.TempPathF
     kube_cluster.kubectl("delete", "crd", *names, "--wait=true", timeout=120)
     # kubectl's discovery cache (beside the kubeconfig) would still map tfjob to kubeflow.org.
     shutil.rmtree(kube_cluster.kubeconfig.parent / "kubectl-cache", ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kueue_options() -> KueueOptions:
+    """The session's Kueue (the plugin's ``kueue`` fixture): ``batch/job``, and the kinds
+    of the built-in plugins as external frameworks (``Kind.version.group``: their Workloads
+    are the operator's, and Kueue then knows them as owners)."""
+    return KueueOptions(external_frameworks=tuple(sorted(
+        f"{fw.kind}.{fw.version}.{fw.group}" for fw in load_plugins().frameworks.values())))
 
 
 @pytest.fixture

@@ -11,6 +11,9 @@ Pods on the fake nodes run until told to end by annotations (see ``kwok_stages.y
 (``ControlPlane.audit_events``, ``pod_histories``); ``ControlPlane.restart("kube-apiserver")``
 (or etcd, or any component) is a supported outage, and ``ControlPlane.dead()`` names a
 component that died on its own (the pytest plugin fails the test that saw it).
+``ClusterOptions(kueue=KueueOptions())`` (or ``Kueue.start(plane)``, the pytest fixture
+``kueue``) adds Kueue v0.19.2 with its CRDs and webhooks; ``create_cluster_queue`` and the
+other functions of ``_kueue_objects`` build its queues and read Workloads.
 """
 
 from __future__ import annotations
@@ -36,6 +39,29 @@ from trainjobs.testing._crds import apply_crds
 from trainjobs.testing._errors import ControlPlaneError
 from trainjobs.testing._gang import GANG_SCHEDULERS, find_gang_scheduler
 from trainjobs.testing._kubectl import KubectlError
+from trainjobs.testing._kueue import (
+    KUEUE_VERSION,
+    Kueue,
+    KueueOptions,
+    WaitForPodsReady,
+    find_kueue,
+    kueue_configuration,
+)
+from trainjobs.testing._kueue_objects import (
+    QUEUE_LABEL,
+    WORKLOAD_PRIORITY_CLASS_LABEL,
+    KueueObjectError,
+    WorkloadCondition,
+    create_cluster_queue,
+    create_local_queue,
+    create_resource_flavor,
+    create_workload_priority_class,
+    get_workload,
+    wait_for_workload,
+    workload_condition,
+    workload_conditions,
+    workloads_owned_by,
+)
 from trainjobs.testing._state import stop_control_plane
 
 __all__ = [
@@ -45,19 +71,38 @@ __all__ = [
     "FAIL_TIMES_ANNOTATION",
     "GANG_SCHEDULERS",
     "K8S_VERSION",
+    "KUEUE_VERSION",
     "KWOK_VERSION",
+    "QUEUE_LABEL",
     "RUN_DURATION_ANNOTATION",
+    "WORKLOAD_PRIORITY_CLASS_LABEL",
     "ClusterOptions",
     "ControlPlane",
     "ControlPlaneError",
     "KubectlError",
+    "Kueue",
+    "KueueObjectError",
+    "KueueOptions",
     "PodHistory",
     "PodWrite",
+    "WaitForPodsReady",
+    "WorkloadCondition",
     "agent_of",
     "apply_crds",
+    "create_cluster_queue",
+    "create_local_queue",
+    "create_resource_flavor",
+    "create_workload_priority_class",
     "find_binaries",
     "find_gang_scheduler",
+    "find_kueue",
+    "get_workload",
+    "kueue_configuration",
     "pod_histories",
     "stages_file",
     "stop_control_plane",
+    "wait_for_workload",
+    "workload_condition",
+    "workload_conditions",
+    "workloads_owned_by",
 ]

@@ -28,11 +28,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from trainjobs.testing import _flags
 from trainjobs.testing._audit import AUDIT_LOG, audit_args, read_events, size_of
@@ -50,6 +50,9 @@ from trainjobs.testing._state import (
     write_state,
 )
 
+if TYPE_CHECKING:
+    from trainjobs.testing._kueue import Kueue, KueueOptions
+
 KUBECONFIG_FILE = "kubeconfig"
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
 NODE_LABEL = ("type", "kwok")
@@ -57,8 +60,8 @@ NODE_LABEL = ("type", "kwok")
 EXIT_CODE_ANNOTATION = "kwok.trainjobs.io/exit-code"
 RUN_DURATION_ANNOTATION = "kwok.trainjobs.io/run-duration"
 FAIL_TIMES_ANNOTATION = "kwok.trainjobs.io/fail-times"
-# klog E/F lines, Go flag errors, KWOK's JSON error records.
-_ERROR_LINE = re.compile(r'^(?:[EF]\d{4} |Error: |error: )|"level":"ERROR"')
+# klog E/F lines, Go flag errors, KWOK's and Kueue's (zap) JSON error records.
+_ERROR_LINE = re.compile(r'^(?:[EF]\d{4} |Error: |error: )|"level":"(?:ERROR|error)"')
 _STARTUP_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 _COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 _PORTS = ("etcd-client", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -89,6 +92,9 @@ class ClusterOptions:
     #: An audit policy (e.g. ``AUDIT_WRITES``): the API server logs what it selects to
     #: ``logs/audit.log`` (read with :meth:`ControlPlane.audit_events`). None: no audit log.
     audit_policy: str | None = None
+    #: Kueue (``_kueue.py``; built once like the control plane) started last, with its CRDs
+    #: and webhooks: :attr:`ControlPlane.kueue`. None: no Kueue.
+    kueue: KueueOptions | None = None
 
     def node_names(self) -> list[str]:
         return [f"{self.node_prefix}-{i}" for i in range(self.nodes)]
@@ -136,6 +142,8 @@ class ControlPlane:
         self._audit_log: Path | None = None
         self._detach = False
         self.last_start: dict[str, float] = {}
+        #: Kueue, when ``ClusterOptions.kueue`` asked for it (or started on it later).
+        self.kueue: Kueue | None = None
 
     # -- start ------------------------------------------------------------------------------
 
@@ -253,6 +261,13 @@ class ControlPlane:
 
             start_gang_schedulers(self, options.gang_schedulers, deadline)
             self.timings["gang_schedulers"] = time.monotonic() - t0
+        if options.kueue is not None:
+            from trainjobs.testing._kueue import Kueue
+
+            self.kueue = Kueue.start(
+                self, replace(options.kueue,
+                              start_timeout=max(1.0, deadline - time.monotonic())))
+            self.timings["kueue"] = time.monotonic() - t0
         self.timings["total"] = time.monotonic() - t0
         self._write_state()
 
@@ -311,7 +326,8 @@ class ControlPlane:
             if time.monotonic() > deadline:
                 raise ControlPlaneError(
                     f"timed out waiting for {what}; logs in {self.logs_dir}\n"
-                    + "\n".join(f"--- {n}:\n{self.log_tail(n, 8)}" for n in _COMPONENTS)
+                    + "\n".join(f"--- {n}:\n{self.log_tail(n, 8)}"
+                                for n in dict.fromkeys([*_COMPONENTS, *self._commands]))
                 )
             time.sleep(0.05)
 
@@ -484,6 +500,8 @@ class ControlPlane:
             path = "/readyz" if component == "kube-scheduler" else "/healthz"
             self._wait(lambda: insecure_ok(self.ports[component], path),
                        f"{component} {path}", deadline)
+        elif component == "kueue" and self.kueue is not None:
+            self.kueue.wait_ready(deadline)
         self.last_start["ready"] = time.time()
 
     def restart(self, component: str, *, down: float = 0.0, sig: int = signal.SIGKILL,

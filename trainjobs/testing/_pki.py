@@ -116,3 +116,43 @@ def _run(commands: list[list[str]]) -> None:
             failures.append(f"{' '.join(cmd[:3])}... exited {proc.returncode}: {output.strip()}")
     if failures:
         raise ControlPlaneError("making certificates failed:\n" + "\n".join(failures))
+
+
+@dataclass(frozen=True)
+class ServingCert:
+    """A serving certificate and key (named ``tls.crt``/``tls.key``, as controller-runtime's
+    webhook server reads them from its cert dir) and the CA bundle that verifies it."""
+
+    directory: Path
+    cert: Path
+    key: Path
+    ca_cert: Path
+
+
+def make_serving_cert(
+    directory: Path,
+    *,
+    subject: str,
+    ca_cert: Path | None = None,
+    ca_key: Path | None = None,
+    sans: tuple[str, ...] = ("IP:127.0.0.1", "DNS:localhost"),
+) -> ServingCert:
+    """Write ``tls.crt``/``tls.key`` for ``sans`` into ``directory``: signed by the given CA
+    (a webhook the API server calls, verified with that CA as its caBundle), or self-signed
+    when none is given (a certificate nobody verifies, but one that must parse)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise ControlPlaneError("'openssl' is required to make certificates")
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / "openssl.cnf"
+    config.write_text(_OPENSSL_CONFIG.format(sans=",".join(sans)))
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    signing: tuple[str, ...] = ()
+    extensions = "ca"
+    if ca_cert is not None and ca_key is not None:
+        signing = ("-CA", str(ca_cert), "-CAkey", str(ca_key))
+        extensions = "server"
+    _run([[openssl, "req", "-x509", *_KEY_ARGS, "-keyout", str(key), "-out", str(cert),
+           "-subj", subject, "-extensions", extensions, "-days", "3650", "-config", str(config),
+           *signing]])  # fmt: skip
+    return ServingCert(directory, cert, key, ca_cert if ca_cert is not None else cert)

@@ -24,7 +24,9 @@ STATE_FILE = "control-plane.json"
 _STOP_GROUPS = (
     ("kwok", "kube-scheduler", "kube-controller-manager",
      # the gang schedulers (_gang.py): clients of the apiserver like the others
-     "scheduler-plugins-scheduler", "scheduler-plugins-controller", "vc-scheduler"),
+     "scheduler-plugins-scheduler", "scheduler-plugins-controller", "vc-scheduler",
+     # Kueue (_kueue.py)
+     "kueue"),
     ("kube-apiserver",),
     ("etcd",),
 )

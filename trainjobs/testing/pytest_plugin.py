@@ -14,6 +14,14 @@ Fixtures:
     ``conftest.py`` to change the number or size of the fake nodes or add component flags.
 ``kube_namespace`` (function)
     A fresh namespace in ``kube_cluster``, deleted (without waiting) after the test.
+``kueue`` (session)
+    A started :class:`trainjobs.testing.Kueue` (v0.19.2) on ``kube_cluster``: its CRDs
+    installed, its webhooks answering. Started once on first use, with ``kueue_options``
+    (override that session fixture to change them); a test module that needs other options
+    (e.g. a short ``waitForPodsReady``) wraps its tests in ``kueue.configured(options)``.
+    Stopped at session end, its webhook configurations deleted. A Kueue that cannot start
+    errors the test (never a skip) with its log; one that dies fails the test like any
+    component of ``kube_cluster``. Built, when missing, right after collection.
 
 A component of ``kube_cluster`` that dies (e.g. kube-scheduler exiting after an API server
 restart, which leaves every new pod Pending) fails the test during which it died, at teardown,
@@ -39,9 +47,11 @@ import pytest
 from trainjobs.testing._binaries import find_binaries
 from trainjobs.testing._controlplane import ClusterOptions, ControlPlane
 from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._kueue import Kueue, KueueOptions, find_kueue
 
 _LOGS_DIR = pytest.StashKey[Path]()
 _BIN_DIR = pytest.StashKey[Path | ControlPlaneError]()
+_KUEUE_BUILD = pytest.StashKey[ControlPlaneError]()
 
 
 @pytest.hookimpl(trylast=True)
@@ -57,6 +67,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         session.config.stash[_BIN_DIR] = find_binaries()
     except ControlPlaneError as exc:  # reported by every test that uses the cluster
         session.config.stash[_BIN_DIR] = exc
+    if any("kueue" in getattr(item, "fixturenames", ()) for item in session.items):
+        if reporter is not None:
+            reporter.write_line("kueue: finding Kueue (a first run builds)")
+        try:
+            find_kueue()
+        except ControlPlaneError as exc:  # reported by every test that uses kueue
+            session.config.stash[_KUEUE_BUILD] = exc
 
 
 @pytest.fixture(scope="session")
@@ -82,6 +99,28 @@ def kube_cluster(
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kueue_options() -> KueueOptions:
+    """Options for ``kueue``; override this fixture to change them."""
+    return KueueOptions()
+
+
+@pytest.fixture(scope="session")
+def kueue(request: pytest.FixtureRequest, kube_cluster: ControlPlane,
+          kueue_options: KueueOptions) -> Iterator[Kueue]:
+    """Kueue on the session's control plane, its webhooks answering."""
+    failed = request.config.stash.get(_KUEUE_BUILD, None)
+    if failed is not None:
+        raise failed
+    started = Kueue.start(kube_cluster, kueue_options)
+    kube_cluster.kueue = started
+    try:
+        yield started
+    finally:
+        kube_cluster.kueue = None
+        started.stop()
 
 
 @pytest.fixture(autouse=True)

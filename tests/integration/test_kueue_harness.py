@@ -1,0 +1,166 @@
+"""Kueue runs for real in the tests: Kueue v0.19.2 (the ``kueue`` fixture) admits
+``batch/v1`` Jobs through a ClusterQueue's quota, with Kubernetes' own Job controller and KWOK
+nodes; no trainjobs operator is involved. The baseline the operator's own Kueue integration
+is measured against.
+
+Two Jobs that each need 3 of the ClusterQueue's 4 CPUs: Kueue's webhook suspends both at
+creation; one is admitted (its Workload Admitted, the Job unsuspended, its pod given the
+flavor's node label and bound to the labelled KWOK node), the other stays suspended with no
+pod and Kueue's "insufficient unused quota" in its Workload's QuotaReserved condition, and is
+admitted and runs once the first has finished.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.operator_helpers import wait_for
+from trainjobs.testing import (
+    EXIT_CODE_ANNOTATION,
+    QUEUE_LABEL,
+    RUN_DURATION_ANNOTATION,
+    ClusterOptions,
+    ControlPlane,
+    Kueue,
+    create_cluster_queue,
+    create_local_queue,
+    create_resource_flavor,
+    wait_for_workload,
+    workload_condition,
+)
+
+pytestmark = pytest.mark.integration
+
+POOL_LABEL = "kueue-harness.trainjobs.io/pool"
+
+
+@pytest.fixture
+def pool(kube_cluster: ControlPlane) -> Iterator[tuple[str, list[str]]]:
+    """Two KWOK nodes of 4 CPU labelled with a value of their own; deleted after the test."""
+    value = uuid.uuid4().hex[:8]
+    nodes = kube_cluster.add_nodes(ClusterOptions(
+        nodes=2, node_prefix=f"kueue-{value}", node_cpu="4", node_memory="8Gi",
+        node_labels={POOL_LABEL: value}))
+    try:
+        yield value, nodes
+    finally:
+        kube_cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+
+
+def batch_job(name: str, namespace: str, queue: str, cpu: str, run: str) -> dict[str, Any]:
+    """A one-pod Job in ``queue`` whose pod asks ``cpu`` and succeeds after ``run``."""
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: queue}},
+        "spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {EXIT_CODE_ANNOTATION: "0",
+                                             RUN_DURATION_ANNOTATION: run}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "busybox",
+                    "resources": {"requests": {"cpu": cpu}}}]},
+            },
+        },
+    }
+
+
+def create(plane: ControlPlane, obj: dict[str, Any]) -> dict[str, Any]:
+    created: dict[str, Any] = json.loads(
+        plane.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(obj)).stdout)
+    return created
+
+
+def get_json(plane: ControlPlane, *args: str) -> dict[str, Any]:
+    got: dict[str, Any] = json.loads(plane.kubectl("get", "-o", "json", *args).stdout)
+    return got
+
+
+def pods_of(plane: ControlPlane, namespace: str, job_name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get_json(
+        plane, "pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job_name}")["items"]
+    return items
+
+
+def admitted(wl: dict[str, Any]) -> bool:
+    cond = workload_condition(wl, "Admitted")
+    return cond is not None and cond.true
+
+
+def finished(wl: dict[str, Any]) -> bool:
+    cond = workload_condition(wl, "Finished")
+    return cond is not None and cond.true
+
+
+def test_kueue_admits_within_quota_and_queues_the_rest(
+    kube_cluster: ControlPlane, kueue: Kueue, kube_namespace: str,
+    pool: tuple[str, list[str]],
+) -> None:
+    value, nodes = pool
+    name = f"kh-{value}"
+    create_resource_flavor(kube_cluster, name, node_labels={POOL_LABEL: value})
+    try:
+        create_cluster_queue(kube_cluster, name, quotas={name: {"cpu": "4"}})
+        create_local_queue(kube_cluster, kube_namespace, "queue", name)
+        ns = kube_namespace
+
+        first = create(kube_cluster, batch_job("first", ns, "queue", "3", "6s"))
+        # Kueue's mutating webhook suspended it at creation.
+        assert first["spec"]["suspend"] is True
+        wl_first = wait_for_workload(kube_cluster, ns, first["metadata"]["uid"], admitted,
+                                     "the first Job's Workload to be admitted")
+        admission = wl_first["status"]["admission"]
+        assert admission["clusterQueue"] == name
+        assert admission["podSetAssignments"][0]["flavors"] == {"cpu": name}
+
+        second = create(kube_cluster, batch_job("second", ns, "queue", "3", "1s"))
+        assert second["spec"]["suspend"] is True
+        wl_second = wait_for_workload(
+            kube_cluster, ns, second["metadata"]["uid"],
+            lambda wl: (c := workload_condition(wl, "QuotaReserved")) is not None
+            and c.status == "False" and "insufficient unused quota" in c.message,
+            "the second Job's Workload to say it lacks quota")
+        reserved = workload_condition(wl_second, "QuotaReserved")
+        assert reserved is not None and f"in flavor {name}" in reserved.message, reserved
+
+        # The first runs: unsuspended by Kueue, its pod steered to the flavor's nodes.
+        wait_for(lambda: get_json(kube_cluster, "job", "first", "-n", ns)["spec"]["suspend"]
+                 is False, "Kueue to unsuspend the first Job")
+        pod = wait_for(
+            lambda: next((p for p in pods_of(kube_cluster, ns, "first")
+                          if p["status"].get("phase") in ("Running", "Succeeded")), None),
+            "the first Job's pod to run", timeout=60)
+        assert pod["spec"]["nodeSelector"] == {POOL_LABEL: value}
+        assert pod["spec"]["nodeName"] in nodes
+        # The second stays suspended with no pod while the first runs.
+        assert get_json(kube_cluster, "job", "second", "-n", ns)["spec"]["suspend"] is True
+        assert pods_of(kube_cluster, ns, "second") == []
+        assert not admitted(wl_second)
+
+        # The first finishes, its quota is released, and the second is admitted and runs.
+        wait_for_workload(kube_cluster, ns, first["metadata"]["uid"], finished,
+                          "the first Job's Workload to finish", timeout=90)
+        wait_for_workload(kube_cluster, ns, second["metadata"]["uid"], admitted,
+                          "the second Job's Workload to be admitted", timeout=60)
+        done = wait_for(
+            lambda: next((p for p in pods_of(kube_cluster, ns, "second")
+                          if p["status"].get("phase") == "Succeeded"), None),
+            "the second Job's pod to succeed", timeout=90)
+        assert done["spec"]["nodeSelector"] == {POOL_LABEL: value}
+        assert done["spec"]["nodeName"] in nodes
+        wait_for_workload(kube_cluster, ns, second["metadata"]["uid"], finished,
+                          "the second Job's Workload to finish", timeout=90)
+    finally:
+        kube_cluster.kubectl("delete", "jobs", "--all", "-n", kube_namespace,
+                             "--cascade=foreground", "--wait=true", check=False, timeout=60)
+        kube_cluster.kubectl("delete", "localqueue", "queue", "-n", kube_namespace,
+                             "--ignore-not-found", "--wait=true", check=False, timeout=60)
+        kube_cluster.kubectl("delete", "clusterqueue", name, "--ignore-not-found",
+                             "--wait=true", check=False, timeout=60)
+        kube_cluster.kubectl("delete", "resourceflavor", name, "--ignore-not-found",
+                             "--wait=true", check=False, timeout=60)
