@@ -107,6 +107,11 @@ def test_kueue_admits_within_quota_and_queues_the_rest(
     try:
         create_cluster_queue(kube_cluster, name, quotas={name: {"cpu": "4"}})
         create_local_queue(kube_cluster, kube_namespace, "queue", name)
+        # The CRD conversion webhook answers: the ClusterQueue read as v1beta1 (it is stored
+        # as v1beta2) goes through Kueue's /convert.
+        v1beta1 = kube_cluster.api().get(f"/apis/kueue.x-k8s.io/v1beta1/clusterqueues/{name}")
+        assert v1beta1.status == 200, v1beta1.body
+        assert v1beta1.json()["apiVersion"] == "kueue.x-k8s.io/v1beta1"
         ns = kube_namespace
 
         first = create(kube_cluster, batch_job("first", ns, "queue", "3", "6s"))

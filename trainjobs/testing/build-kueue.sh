@@ -11,7 +11,7 @@
 # of upstream's `make build`. The version is stamped into sigs.k8s.io/kueue/pkg/version as
 # upstream's Makefile does (Kueue logs it at start: "Initializing" gitVersion=...). A second
 # run finds the binary and does nothing; a lock serialises concurrent runs; the binary goes to
-# bin.partial and is renamed to bin at the end. Measured figures are in docs/testing.md.
+# bin.partial and is renamed to bin at the end. Measured figures are in docs/control-plane.md.
 set -euo pipefail
 # shellcheck source=_gobuild.sh
 source "$(dirname "${BASH_SOURCE[0]}")/_gobuild.sh"
@@ -54,13 +54,19 @@ go build -trimpath -o "$PARTIAL/kueue" -ldflags "-s -w -X '$pkg.GitVersion=$VERS
   -X '$pkg.GitCommit=${commit:-unknown}' -X '$pkg.BuildDate=1970-01-01T00:00:00Z'" ./cmd/kueue
 echo "  built kueue in $(( $(date +%s) - t0 ))s"
 
-# The binary must be the module's cmd/kueue, stamped with the pinned version (Kueue has no
-# --version flag: read its build info; the harness also checks the version it logs at start).
-reported=$(reports go version -m "$PARTIAL/kueue")
-for want in "path	$MODULE/cmd/kueue" "mod	$MODULE	" "$pkg.GitVersion=$VERSION"; do
-  [[ "$reported" == *"$want"* ]] \
-    || { echo "error: bin/kueue's build info lacks '$want':" >&2; echo "$reported" >&2; exit 1; }
-done
+# The binary must be the module's cmd/kueue (its build info; -trimpath leaves -ldflags out
+# of it) and report the pinned version. Kueue has no --version flag; it logs its version
+# ("Initializing" gitVersion=...) before it reads a kubeconfig: started with none (empty
+# HOME, no in-cluster variables) it logs that and exits without touching anything.
+info=$(reports go version -m "$PARTIAL/kueue")
+[[ "$info" == *"path	$MODULE/cmd/kueue"* ]] \
+  || { echo "error: bin/kueue is not $MODULE/cmd/kueue:" >&2; echo "$info" | head -3 >&2; exit 1; }
+empty_home=$(mktemp -d)
+reported=$(reports env -i HOME="$empty_home" PATH=/usr/bin:/bin timeout 60 "$PARTIAL/kueue")
+rmdir "$empty_home"
+want="\"gitVersion\":\"$VERSION\""
+[[ "$reported" == *"$want"* ]] \
+  || { echo "error: bin/kueue does not log $want:" >&2; echo "$reported" | head -5 >&2; exit 1; }
 mkdir -p "$DEST/config.partial"
 cp -r "$upstream_dir/config/components" "$DEST/config.partial/"
 chmod -R u+w "$DEST/config.partial"

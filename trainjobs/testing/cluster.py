@@ -96,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             if plane.kueue is not None:
-                print(f"kueue ready in {plane.kueue.timings['ready']:.1f}s: webhooks at "
+                print(f"kueue ready in {plane.kueue.timings['ready']:.1f}s (CRDs and webhook "
+                      f"configurations installed in {plane.kueue.timings['installed']:.1f}s): "
+                      f"webhooks at "
                       f"{plane.kueue.webhook_url}, integrations "
                       f"{', '.join(plane.kueue.options.frameworks)}", file=sys.stderr)
             print(plane.kubeconfig)
