@@ -27,6 +27,7 @@ from trainjobs.testing import (
     ClusterOptions,
     ControlPlane,
     Kueue,
+    condition_true,
     create_cluster_queue,
     create_local_queue,
     create_resource_flavor,
@@ -88,13 +89,11 @@ def pods_of(plane: ControlPlane, namespace: str, job_name: str) -> list[dict[str
 
 
 def admitted(wl: dict[str, Any]) -> bool:
-    cond = workload_condition(wl, "Admitted")
-    return cond is not None and cond.true
+    return condition_true(wl, "Admitted")
 
 
 def finished(wl: dict[str, Any]) -> bool:
-    cond = workload_condition(wl, "Finished")
-    return cond is not None and cond.true
+    return condition_true(wl, "Finished")
 
 
 def test_kueue_admits_within_quota_and_queues_the_rest(

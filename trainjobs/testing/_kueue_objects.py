@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from trainjobs.testing._controlplane import ControlPlane
 
 __all__ = ["QUEUE_LABEL", "WORKLOAD_PRIORITY_CLASS_LABEL", "KueueObjectError",
-           "WorkloadCondition", "create_cluster_queue", "create_local_queue",
+           "WorkloadCondition", "condition_true", "create_cluster_queue", "create_local_queue",
            "create_resource_flavor", "create_workload_priority_class", "get_workload",
            "wait_for_workload", "workload_condition", "workload_conditions",
            "workloads_owned_by"]
@@ -183,6 +183,12 @@ def workload_conditions(workload: Mapping[str, Any]) -> dict[str, WorkloadCondit
 def workload_condition(workload: Mapping[str, Any], type_: str) -> WorkloadCondition | None:
     """One condition of a Workload, or None when it has none of that type."""
     return workload_conditions(workload).get(type_)
+
+
+def condition_true(workload: Mapping[str, Any], type_: str) -> bool:
+    """The Workload has condition ``type_`` with status True (e.g. "Admitted")."""
+    cond = workload_condition(workload, type_)
+    return cond is not None and cond.true
 
 
 def wait_for_workload(
