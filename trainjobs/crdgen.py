@@ -87,6 +87,8 @@ def _template_schema() -> dict[str, Any]:
 
 
 def _replica_rules(framework: Framework) -> list[dict[str, str]]:
+    if framework.replica_keys_any_case:
+        return _any_case_replica_rules(framework)
     allowed = [n for t in framework.replica_types for n in t.names]
     quoted = ", ".join(f"'{n}'" for n in allowed)
     rules = [{
@@ -118,7 +120,50 @@ def _replica_rules(framework: Framework) -> list[dict[str, str]]:
                 "message": f"replicaSpecs.{name}.replicas must be {text}",
             })
             rules.append(_elastic_rule(framework, rtype, name))
-    rules.append({
+    rules.append(_total_replicas_rule())
+    return rules
+
+
+def _any_case_replica_rules(framework: Framework) -> list[dict[str, str]]:
+    """The same rules for a kind whose replicaSpecs keys may be written in any case
+    (Kubeflow's: its defaulting turns `worker` into `Worker`): each rule quantifies over the
+    keys, a key naming a type when it equals one of the type's names ignoring case."""
+    allowed = [n for t in framework.replica_types for n in t.names]
+    lowered = ", ".join(f"'{n.lower()}'" for n in allowed)
+    rules = [{
+        "rule": f"self.all(k, k.lowerAscii() in [{lowered}])",
+        "message": f"replicaSpecs keys of a {framework.kind} must be among: {', '.join(allowed)} "
+                   "(in any case)",
+    }]
+    for rtype in framework.replica_types:
+        names = ", ".join(f"'{n.lower()}'" for n in rtype.names)
+        key = f"k.lowerAscii() in [{names}]"
+        rules.append({"rule": f"self.filter(k, {key}).size() <= 1",
+                      "message": f"{' and '.join(rtype.names)} in any case name the same "
+                                 "replica: set only one key"})
+        if rtype.min_replicas > 0:
+            rules.append({"rule": f"self.exists(k, {key})", "message": f"a {framework.kind} "
+                          f"needs a {rtype.name} replica spec (replicaSpecs.{rtype.name})"})
+        if not rtype.container_optional:
+            rules.append({"rule": f"self.all(k, !({key}) || has(self[k].template))",
+                          "message": f"replicaSpecs.{rtype.name}.template is required"})
+        bounds = [f"self[k].replicas >= {rtype.min_replicas}"]
+        text = f"at least {rtype.min_replicas}"
+        if rtype.max_replicas is not None:
+            bounds.append(f"self[k].replicas <= {rtype.max_replicas}")
+            text = (f"exactly {rtype.min_replicas}" if rtype.min_replicas ==
+                    rtype.max_replicas else f"{rtype.min_replicas} to {rtype.max_replicas}")
+        rules.append({"rule": f"self.all(k, !({key}) || ({' && '.join(bounds)}))",
+                      "message": f"replicaSpecs.{rtype.name}.replicas must be {text}"})
+        elastic = _elastic_rule(framework, rtype, rtype.name, "true", "self[k]")
+        rules.append({"rule": f"self.all(k, !({key}) || ({elastic['rule']}))",
+                      "message": elastic["message"]})
+    rules.append(_total_replicas_rule())
+    return rules
+
+
+def _total_replicas_rule() -> dict[str, str]:
+    return {
         # Guarded like every rule that does arithmetic on replicas: a value the schema refuses
         # (a float, one over the maximum) must be reported by the schema, not by a rule that
         # then fails to evaluate or misreads it.
@@ -126,8 +171,7 @@ def _replica_rules(framework: Framework) -> list[dict[str, str]]:
                 f"self.map(k, self[k].replicas).sum() <= {MAX_REPLICAS}",
         "message": f"the replicas of all types together must be at most {MAX_REPLICAS} per job",
         "reason": "FieldValueInvalid",
-    })
-    return rules
+    }
 
 
 def _template_restart_policy_rule(framework: Framework) -> dict[str, str]:
@@ -154,18 +198,22 @@ def _countable(expr: str) -> str:
     return f"(type({expr}) == int && {expr} >= 0 && {expr} <= {MAX_REPLICAS})"
 
 
-def _elastic_rule(framework: Framework, rtype: ReplicaType, name: str) -> dict[str, str]:
-    """elasticPolicy only on the types the kind allows; replicas within its bounds."""
-    unset = f"!('{name}' in self) || !has(self['{name}'].elasticPolicy)"
+def _elastic_rule(framework: Framework, rtype: ReplicaType, name: str,
+                  present: str = "", item: str = "") -> dict[str, str]:
+    """elasticPolicy only on the types the kind allows; replicas within its bounds. `present`
+    and `item`: CEL for "the replica spec is there" and for it (default: key `name`)."""
+    present = present or f"'{name}' in self"
+    item = item or f"self['{name}']"
+    unset = f"!({present}) || !has({item}.elasticPolicy)"
     if not rtype.elastic:
         return {"rule": unset,
                 "message": f"replicaSpecs.{name}.elasticPolicy: {elastic_refusal(framework)}"}
-    policy = f"self['{name}'].elasticPolicy"
+    policy = f"{item}.elasticPolicy"
     # Guarded like every rule on replicas: a value the schema refuses is the schema's to report.
-    return {"rule": f"{unset} || !{_countable(f'self[{name!r}].replicas')} || "
+    return {"rule": f"{unset} || !{_countable(f'{item}.replicas')} || "
                     f"({policy}.minReplicas <= {policy}.maxReplicas && "
-                    f"{policy}.minReplicas <= self['{name}'].replicas && "
-                    f"self['{name}'].replicas <= {policy}.maxReplicas)",
+                    f"{policy}.minReplicas <= {item}.replicas && "
+                    f"{item}.replicas <= {policy}.maxReplicas)",
             "message": f"replicaSpecs.{name}: elasticPolicy needs minReplicas <= replicas <= "
                        "maxReplicas"}
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from trainjobs_mxnet import MxNetPlugin
 from trainjobs_tensorflow import TensorFlowPlugin
 
@@ -49,7 +49,8 @@ from trainjobs.plugin import (
 )
 
 __all__ = ["GROUP", "KUBEFLOW_LABELS", "MXJOB", "SERVED", "TFJOB", "KubeflowJobStatus",
-           "MXJobSpec", "ServedKind", "TFJobSpec", "kubeflow_labels", "latest_time", "plugin"]
+           "MXJobSpec", "ServedKind", "TFJobSpec", "canonical_keys", "kubeflow_labels",
+           "latest_time", "plugin"]
 
 GROUP = "kubeflow.org"
 VERSION = "v1"
@@ -58,8 +59,35 @@ KUBEFLOW_LABELS = tuple(f"{LABEL_PREFIX}{n}" for n in (
     "job-name", "replica-type", "replica-index", "job-role", "operator-name"))
 
 
+TF_TYPES = ("PS", "Worker", "Chief", "Master", "Evaluator")
+MX_TYPES = ("Scheduler", "Server", "Worker")
+
+
+def canonical_keys(data: Any, field: str, types: Sequence[str]) -> Any:
+    """training-operator's defaulting (`setTypeNameToCamelCase`): a replica key written in
+    another case (`worker`, `PS`, `SERVER`) becomes the type's name, unless that name is a key
+    already (then both stay, and the job is refused for naming one type twice)."""
+    if not isinstance(data, dict):
+        return data
+    name = field if field in data else "replica_specs"
+    specs = data.get(name)
+    if not isinstance(specs, dict):
+        return data
+    by_lower = {t.lower(): t for t in types}
+    out: dict[Any, Any] = {}
+    for key, value in specs.items():
+        canonical = by_lower.get(str(key).lower(), key)
+        out[canonical if canonical not in specs else key] = value
+    return {**data, name: out}
+
+
 class TFJobSpec(JobSpec):
     """Kubeflow's TFJobSpec (kubeflow.org/v1)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _canonical_types(cls, data: Any) -> Any:
+        return canonical_keys(data, "tfReplicaSpecs", TF_TYPES)
 
     replica_specs: dict[str, ReplicaSpec] = Field(
         alias="tfReplicaSpecs",
@@ -77,6 +105,11 @@ class TFJobSpec(JobSpec):
 
 class MXJobSpec(JobSpec):
     """Kubeflow's MXJobSpec (kubeflow.org/v1)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _canonical_types(cls, data: Any) -> Any:
+        return canonical_keys(data, "mxReplicaSpecs", MX_TYPES)
 
     replica_specs: dict[str, ReplicaSpec] = Field(
         alias="mxReplicaSpecs",
@@ -112,6 +145,7 @@ TFJOB = Framework(
     group=GROUP, version=VERSION, status_model=KubeflowJobStatus,
     # TfJob's features: TensorBoard (spec.tensorboard) and the default PS server.
     capabilities=(TensorBoard(), ParameterServers("PS")),
+    replica_keys_any_case=True,
 )
 MXJOB = Framework(
     kind="MXJob", plural="mxjobs", short_names=(), name="mxnet",
@@ -124,6 +158,7 @@ MXJOB = Framework(
     env_in_all_containers=True,
     description="Kubeflow's MXJob (kubeflow.org/v1), reconciled by trainjobs.",
     group=GROUP, version=VERSION, status_model=KubeflowJobStatus,
+    replica_keys_any_case=True,
 )
 
 

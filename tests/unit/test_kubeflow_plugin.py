@@ -117,6 +117,29 @@ def test_tfjob_master_role_as_training_operator(enabled: PluginManager, specs: d
             if p["metadata"]["labels"].get("training.kubeflow.org/job-role")] == masters
 
 
+@pytest.mark.parametrize(("name", "field"), [("tfjob-v1-dist_mnist.yaml", "tfReplicaSpecs"),
+                                           ("mxjob-v1-dist.yaml", "mxReplicaSpecs")])
+def test_replica_keys_in_any_case_are_canonical_as_training_operators_defaulting(
+        enabled: PluginManager, name: str, field: str) -> None:
+    """`worker`, `PS` → `Worker`, `PS`: the job, its pods and their environment are those of the
+    manifest with the canonical keys (training-operator's setTypeNameToCamelCase)."""
+    doc = yaml.safe_load((FIXTURES / name).read_text())
+    lowered = copy.deepcopy(doc)
+    lowered["spec"][field] = {(k.lower() if i % 2 == 0 else k.upper()): v
+                              for i, (k, v) in enumerate(doc["spec"][field].items())}
+    assert set(lowered["spec"][field]) != set(doc["spec"][field])
+    [job] = split_jobs([lowered], enabled).jobs
+    [canonical] = split_jobs([copy.deepcopy(doc)], enabled).jobs
+    assert list(job.spec.replica_specs) == list(canonical.spec.replica_specs)
+    assert render(job, enabled).manifests() == render(canonical, enabled).manifests()
+    framework = enabled.framework_for(doc["kind"])
+    assert framework is not None and framework.replica_type("worker") is not None
+    both = copy.deepcopy(doc)
+    both["spec"][field]["worker"] = copy.deepcopy(doc["spec"][field]["Worker"])
+    with pytest.raises(SpecInvalid, match="name the same replica type"):
+        split_jobs([both], enabled)
+
+
 def test_refusals_in_kubeflows_terms(enabled: PluginManager) -> None:
     doc = yaml.safe_load((FIXTURES / "tfjob-v1-simple.yaml").read_text())
     worker = doc["spec"]["tfReplicaSpecs"]["Worker"]

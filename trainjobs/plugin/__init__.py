@@ -33,7 +33,7 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.9"
+PLUGIN_API_VERSION = "1.10"
 
 __all__ = [
     "PLUGIN_API_VERSION",

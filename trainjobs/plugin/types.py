@@ -106,6 +106,9 @@ class Framework:
     # Since 1.9: what the kind's jobs are, for feature plugins (trainjobs.plugin.capabilities):
     # e.g. TensorBoard(), ParameterServers("PS"), RedisRendezvous(managed=...).
     capabilities: tuple[Capability, ...] = ()
+    # Since 1.10: replicaSpecs keys name their type in any case (`worker` is `Worker`), as
+    # another project's defaulting has it (Kubeflow's); the spec model canonicalises them.
+    replica_keys_any_case: bool = False
 
     def capability(self, kind: type[C]) -> C | None:
         """The kind's capability of that type, if it declares one."""
@@ -134,9 +137,11 @@ class Framework:
         return f"{self.kind.lower()}-port"[:15].rstrip("-")
 
     def replica_type(self, key: str) -> ReplicaType | None:
-        """The replica type a replicaSpecs key names (by name or alias), if any."""
+        """The replica type a replicaSpecs key names (by name or alias; in any case with
+        `replica_keys_any_case`), if any."""
         for rtype in self.replica_types:
-            if key in rtype.names:
+            if key in rtype.names or (self.replica_keys_any_case and
+                                      key.lower() in (n.lower() for n in rtype.names)):
                 return rtype
         return None
 
