@@ -274,6 +274,15 @@ class KubeflowPlugin:
             labels[f"{LABEL_PREFIX}job-role"] = "master"
 
     @hookimpl
+    def trainjobs_adjust_service(self, job: Job, replica: Replica, service: dict[str, Any],
+                                 ctx: RenderContext) -> None:
+        """training-operator's Service labels (`CreateNewService`: GenLabels plus replica type
+        and index; no job-role), so that selectors written for Kubeflow find the Services."""
+        served = SERVED.get(job.kind)
+        if served is not None:
+            service["metadata"]["labels"].update(kubeflow_labels(job, replica, served))
+
+    @hookimpl
     def trainjobs_adjust_status(self, job: Job, framework: Framework,
                                 status: dict[str, Any]) -> None:
         """Deterministic, as every hook: the times come from the status itself.

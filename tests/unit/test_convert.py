@@ -216,3 +216,20 @@ def test_cli_prints_yaml_notes_and_refuses_with_every_files_problems(
     assert f"{bad}: spec.replicaSpecs[0].tfReplicaType: 'EVALUATOR' has no" in err
     assert f"{tune}: spec.mxReplicaSpecs.TunerTracker:" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (FIXTURES / "seeds").glob("*.yaml")))
+def test_seed_manifests_convert_to_jobs_the_api_server_accepts(name: str) -> None:
+    """The v1alpha1 manifests of the seed texts (tests/fixtures/kubeflow/seeds): the GPU of
+    Kubernetes 1.7 (`alpha.kubernetes.io/nvidia-gpu`, refused by today's API server) becomes
+    `nvidia.com/gpu`; `kubectl get -o yaml`'s Go field names (`RuntimeId`, `IsDefaultPS`) are
+    read as their json names."""
+    source = read_documents(FIXTURES / "seeds" / name)
+    result = convert_documents(copy.deepcopy(source), source=name)
+    [job] = split_jobs(result.documents, PLUGINS, name).jobs
+    text = json.dumps(result.documents, default=str)
+    assert "alpha.kubernetes.io/nvidia-gpu" not in text
+    if "alpha.kubernetes.io/nvidia-gpu" in json.dumps(source, default=str):
+        assert '"nvidia.com/gpu": 1' in text
+    assert "RuntimeId" not in text and "IsDefaultPS" not in text
+    assert [m for m in render(job).manifests() if m["kind"] == "Pod"]

@@ -97,6 +97,26 @@ def test_kubeflow_manifest_read_as_it_is_same_environment_as_converted(
     assert roles == expected_roles and roles
 
 
+@pytest.mark.parametrize("name", ["tfjob-v1-dist_mnist.yaml", "mxjob-v1-dist.yaml"])
+def test_services_carry_training_operators_labels(enabled: PluginManager, name: str) -> None:
+    """training-operator's CreateNewService: operator-name, job-name, replica-type (lower
+    case), replica-index; no job-role (only its pods get one). The selector stays trainjobs'."""
+    [job] = split_jobs(read_documents(FIXTURES / name), enabled).jobs
+    rendered = render(job, enabled).manifests()
+    services = {m["metadata"]["name"]: m for m in rendered if m["kind"] == "Service"}
+    assert services and set(services) == set(_pods(rendered))
+    operator = "tfjob-controller" if job.kind == "TFJob" else "mxjob-controller"
+    for svc_name, svc in services.items():
+        labels = svc["metadata"]["labels"]
+        rtype, index = svc_name.removeprefix(f"{job.name}-").rsplit("-", 1)
+        assert {k: v for k, v in labels.items() if k.startswith("training.kubeflow.org/")} == {
+            "training.kubeflow.org/operator-name": operator,
+            "training.kubeflow.org/job-name": job.name,
+            "training.kubeflow.org/replica-type": rtype,
+            "training.kubeflow.org/replica-index": index}
+        assert not any(k.startswith("training.kubeflow.org/") for k in svc["spec"]["selector"])
+
+
 @pytest.mark.parametrize(("specs", "masters"), [
     ({"Chief": 1, "Worker": 2}, ["t-chief-0"]),
     ({"Master": 1, "Worker": 2, "PS": 1}, ["t-master-0"]),

@@ -22,6 +22,7 @@ __all__ = [
     "NoteKind",
     "job_document",
     "move_template_restart_policy",
+    "rename_old_gpu_resource",
     "set_port",
 ]
 
@@ -30,6 +31,9 @@ SERVER_SET_METADATA = ("uid", "resourceVersion", "generation", "creationTimestam
                        "managedFields", "selfLink", "deletionTimestamp",
                        "deletionGracePeriodSeconds")
 POD_RESTART_POLICIES = ("Never", "OnFailure", "Always")
+# Kubernetes 1.7's GPU resource, removed in 1.11 (the API server now refuses it in a pod); the
+# NVIDIA device plugin's name for the same thing.
+OLD_GPU_RESOURCE, GPU_RESOURCE = "alpha.kubernetes.io/nvidia-gpu", "nvidia.com/gpu"
 
 
 class NoteKind(StrEnum):
@@ -119,3 +123,20 @@ def set_port(template: Any, template_path: str, container_name: str, port_name: 
             return
     conv.refuse(source_path, f"port {port} needs a container named {container_name!r} "
                              "to carry it")
+
+
+def rename_old_gpu_resource(template: Any, path: str, conv: Conversion) -> None:
+    """`alpha.kubernetes.io/nvidia-gpu` (what the v1alpha1 examples request) becomes
+    `nvidia.com/gpu` in every container's limits and requests: the old name is refused by
+    today's API server, the new one is what NVIDIA's device plugin advertises."""
+    spec = template.get("spec") if isinstance(template, dict) else None
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    for index, container in enumerate(containers or []):
+        resources = container.get("resources") if isinstance(container, dict) else None
+        for part in ("limits", "requests"):
+            amounts = resources.get(part) if isinstance(resources, dict) else None
+            if isinstance(amounts, dict) and OLD_GPU_RESOURCE in amounts:
+                amounts[GPU_RESOURCE] = amounts.pop(OLD_GPU_RESOURCE)
+                conv.changed(f"{path}.spec.containers[{index}].resources.{part}",
+                             f"{OLD_GPU_RESOURCE} (removed in Kubernetes 1.11) -> "
+                             f"{GPU_RESOURCE}")

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from trainjobs.convert.base import Conversion, move_template_restart_policy
+from trainjobs.convert.base import Conversion, move_template_restart_policy, rename_old_gpu_resource
 
 __all__ = ["ReplicaHook", "list_replica_specs"]
 
@@ -56,6 +56,13 @@ def list_replica_specs(raw: Any, path: str, type_field: str, types: dict[str, st
             conv.changed(f"{epath}.template.spec.restartPolicy",
                          "not set: the replica gets trainjobs' default, Never (a failed "
                          "replica fails the job)")
+        rename_old_gpu_resource(template, f"{epath}.template", conv)
+        meta = template.get("metadata") if isinstance(template, dict) else None
+        if isinstance(meta, dict) and "creationTimestamp" in meta:
+            # `kubectl get -o yaml` prints the Go zero value (null) of every template.
+            del meta["creationTimestamp"]
+            conv.dropped(f"{epath}.template.metadata.creationTimestamp",
+                         "written by the API server; left out")
         rspec["template"] = template
         for key in sorted(set(entry) - known - {"replicas", "template", type_field}):
             conv.refuse(f"{epath}.{key}", "no trainjobs equivalent for this replica field")

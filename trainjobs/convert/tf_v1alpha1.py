@@ -19,6 +19,9 @@ TYPES = {"MASTER": "Master", "WORKER": "Worker", "PS": "PS"}
 DEFAULT_PORT = 2222
 PORT_NAME = "tfjob-port"
 OLD_DEFAULT_CLEAN_POD_POLICY = "All"
+# `IsDefaultPS` (and the spec's `RuntimeId`): the Go field names, which `kubectl get -o yaml`
+# printed (the v1alpha1 types had no json tags for them).
+REPLICA_FIELDS = frozenset({"tfPort", "isDefaultPS", "IsDefaultPS"})
 TENSORBOARD_FIELDS = ("logDir", "serviceType", "volumes", "volumeMounts")
 
 
@@ -28,8 +31,7 @@ def convert_tf_v1alpha1(doc: dict[str, Any], conv: Conversion) -> dict[str, Any]
     if field_name == "replica_specs":
         conv.changed("spec.replica_specs", "the old snake_case name -> spec.replicaSpecs")
     replicas = list_replica_specs(raw.get(field_name), f"spec.{field_name}", "tfReplicaType",
-                                  TYPES, "MASTER", frozenset({"tfPort", "isDefaultPS"}), conv,
-                                  _tf_replica)
+                                  TYPES, "MASTER", REPLICA_FIELDS, conv, _tf_replica)
     spec: dict[str, Any] = {"runPolicy": _run_policy(raw, conv), "replicaSpecs": replicas}
     _termination_policy(raw.get("terminationPolicy"), replicas, conv)
     if "tfImage" in raw:
@@ -43,9 +45,10 @@ def convert_tf_v1alpha1(doc: dict[str, Any], conv: Conversion) -> dict[str, Any]
             pod.setdefault("schedulerName", raw["schedulerName"])
         conv.changed("spec.schedulerName", "set on every replica's pod template")
     known = {field_name, "terminationPolicy", "tfImage", "tensorboard", "schedulerName",
-             "cleanupPodPolicy", "cleanPodPolicy", "runtimeId"}
-    if "runtimeId" in raw:
-        conv.dropped("spec.runtimeId", "pod names are <job>-<type>-<index>, no random suffix")
+             "cleanupPodPolicy", "cleanPodPolicy", "runtimeId", "RuntimeId"}
+    for name in ("runtimeId", "RuntimeId"):
+        if name in raw:
+            conv.dropped(f"spec.{name}", "pod names are <job>-<type>-<index>, no random suffix")
     for key in sorted(set(raw) - known):
         conv.refuse(f"spec.{key}", "unknown v1alpha1 TFJob field; trainjobs has nothing like it")
     return job_document("TfJob", doc, spec, conv)
@@ -53,9 +56,10 @@ def convert_tf_v1alpha1(doc: dict[str, Any], conv: Conversion) -> dict[str, Any]
 
 def _tf_replica(entry: dict[str, Any], path: str, rspec: dict[str, Any],
                 conv: Conversion) -> None:
-    if entry.get("isDefaultPS"):
-        conv.changed(f"{path}.isDefaultPS", "a PS without a `tensorflow` container gets "
-                                            "trainjobs' standard gRPC server")
+    for name in ("isDefaultPS", "IsDefaultPS"):
+        if entry.get(name):
+            conv.changed(f"{path}.{name}", "a PS without a `tensorflow` container gets "
+                                           "trainjobs' standard gRPC server")
     if rspec.get("template") is None:
         rspec["template"] = {"spec": {"containers": []}}
         conv.changed(f"{path}.template", "none: an empty template (the PS gets trainjobs' "
@@ -106,4 +110,7 @@ def _tensorboard(raw: Any, conv: Conversion) -> dict[str, Any]:
     for key in sorted(set(raw) - set(TENSORBOARD_FIELDS)):
         conv.refuse(f"spec.tensorboard.{key}", "not a TfJob tensorboard field")
     conv.changed("spec.tensorboard", "kept: a Deployment and Service <job>-tensorboard")
-    return {k: raw[k] for k in TENSORBOARD_FIELDS if k in raw}
+    unset = sorted(k for k in TENSORBOARD_FIELDS if k in raw and raw[k] in (None, ""))
+    if unset:  # as `kubectl get -o yaml` printed the Go zero values
+        conv.changed("spec.tensorboard", f"{', '.join(unset)}: empty, left out (the defaults)")
+    return {k: raw[k] for k in TENSORBOARD_FIELDS if k in raw and k not in unset}

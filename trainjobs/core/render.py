@@ -188,8 +188,9 @@ class Rendering:
         for replica in expected_replicas(job):
             pod = _render_pod(job, replica, self.ctx, self.plugins, errors)
             pod["metadata"].setdefault("annotations", {})[ANNOTATION_REPLICAS] = counts
-            yield (replica.object_name(job.name), replica, pod,
-                   _render_service(job, replica, self.ctx))
+            service = _render_service(job, replica, self.ctx)
+            self.plugins.adjust_service(job, replica, service, self.ctx)
+            yield replica.object_name(job.name), replica, pod, service
         if errors:
             raise SpecInvalid(errors)
 

@@ -91,6 +91,21 @@ def trainjobs_adjust_pod(
 
 
 @hookspec
+def trainjobs_adjust_service(
+    job: Job, replica: Replica, service: dict[str, Any], ctx: RenderContext
+) -> None:
+    """Edit the headless Service the core built for `replica`, in place. Since plugin API 1.10.
+
+    `service` is a full core/v1 Service (a dict): name, namespace, labels, ownerReferences,
+    selector and port set. Add labels or annotations (another project's, for the selectors
+    its users wrote: the Kubeflow plugin's `training.kubeflow.org/*`); do not rename the
+    Service nor change its selector, ports or the core's labels. Runs in plugin load order;
+    must be idempotent (the core rebuilds it every time).
+    """
+    raise NotImplementedError
+
+
+@hookspec
 def trainjobs_replica_env(
     job: Job, replica: Replica, ctx: RenderContext
 ) -> ReplicaEnv | None:

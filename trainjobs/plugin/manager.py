@@ -130,6 +130,12 @@ class PluginManager:
         for impl in self._pm.hook.trainjobs_adjust_pod.get_hookimpls():
             impl.function(job=job, replica=replica, pod=pod, ctx=ctx)
 
+    def adjust_service(
+        self, job: Job, replica: Replica, service: dict[str, Any], ctx: RenderContext
+    ) -> None:
+        for impl in self._pm.hook.trainjobs_adjust_service.get_hookimpls():
+            impl.function(job=job, replica=replica, service=service, ctx=ctx)
+
     def extra_objects(self, job: Job, ctx: RenderContext) -> list[dict[str, Any]]:
         objects: list[dict[str, Any]] = []
         for result in self._pm.hook.trainjobs_extra_objects(job=job, ctx=ctx):
