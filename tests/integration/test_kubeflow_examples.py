@@ -31,19 +31,21 @@ import pytest
 from tests.integration.operator_helpers import Namespace, Operators, condition, wait_for
 from tests.unit.test_convert import FIXTURES
 from trainjobs.convert import convert_documents, is_old_job
-from trainjobs.testing import EXIT_CODE_ANNOTATION, ControlPlane
+from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION, ControlPlane
 from trainjobs.yamlio import read_documents
 
 pytestmark = pytest.mark.integration
 
 SEEDS = FIXTURES / "seeds"
-SERVED = ("mxjob-v1-dist.yaml", "tf-v1-early-multi_worker.yaml", "tfjob-v1-dist_mnist.yaml",
-          "tfjob-v1-mnist_with_summaries.yaml", "tfjob-v1-multi_worker.yaml",
-          "tfjob-v1-simple.yaml")
-BYTEPS = "mx-v1-byteps.yaml"  # v1, with spec.cleanPodPolicy and spec.successPolicy
+SERVED = ("mxjob-v1-dist.yaml", "tfjob-v1-dist_mnist.yaml", "tfjob-v1-mnist_with_summaries.yaml",
+          "tfjob-v1-multi_worker.yaml", "tfjob-v1-simple.yaml")
+# v1 manifests written before runPolicy (tf-operator 1.0, mxnet-operator v1): its fields
+# directly under spec, which training-operator's v1 CRD does not have either.
+PRE_RUN_POLICY = {"mx-v1-byteps.yaml": ("spec.cleanPodPolicy", "spec.successPolicy"),
+                  "tf-v1-early-multi_worker.yaml": ("spec.cleanPodPolicy",)}
 TUNE = "mxjob-v1-tune.yaml"
 CONVERTED = tuple(sorted(
-    [p.name for p in FIXTURES.glob("*.yaml") if p.name not in (*SERVED, BYTEPS, TUNE)]
+    [p.name for p in FIXTURES.glob("*.yaml") if p.name not in (*SERVED, *PRE_RUN_POLICY, TUNE)]
     + [f"seeds/{p.name}" for p in SEEDS.glob("*.yaml")]))
 # The claims the examples mount, and the GPUs their pods request (most: 2 BytePS workers x 8).
 CLAIMS = ("strategy-volume", "tfevent-volume")
@@ -65,8 +67,8 @@ def test_examples_are_all_accounted_for() -> None:
     """A new example lands in one of the groups below or this fails."""
     files = {p.name for p in FIXTURES.glob("*.yaml")} | {
         f"seeds/{p.name}" for p in SEEDS.glob("*.yaml")}
-    assert files == {*SERVED, BYTEPS, TUNE, *CONVERTED}
-    assert len(SERVED) + len(CONVERTED) + 2 == len(files) >= 24
+    assert files == {*SERVED, *PRE_RUN_POLICY, TUNE, *CONVERTED}
+    assert len(SERVED) + len(PRE_RUN_POLICY) + len(CONVERTED) + 1 == len(files) >= 24
 
 
 @pytest.fixture(scope="module")
@@ -127,16 +129,27 @@ def _namespace(plane: ControlPlane, name: str) -> Namespace:
 def cluster(kube_cluster: ControlPlane, trainjobs_crds: list[str], kubeflow_crds: list[str],
             gpu_nodes: list[str], tmp_path_factory: pytest.TempPathFactory,
             ) -> Iterator[tuple[dict[str, Namespace], Operators]]:
-    """A namespace per example file (several examples share a job name) plus `kubeflow`, and
-    one operator with the plugin enabled watching them all."""
+    """The namespace `kubeflow` (two examples name it) and as few others as the examples' job
+    names allow (six are `example-job`), and one operator with the plugin enabled watching
+    them all."""
     assert sorted(kubeflow_crds) == ["mxjobs.kubeflow.org", "tfjobs.kubeflow.org"]
-    files = (*SERVED, BYTEPS, TUNE, *CONVERTED)
-    names = {f: _written_namespace(f) or f"ex-{uuid.uuid4().hex[:8]}" for f in files}
+    prefix = f"ex-{uuid.uuid4().hex[:6]}"
+    taken: dict[str, set[str]] = {}
+    names = {}
+    for file in (*SERVED, *PRE_RUN_POLICY, TUNE, *CONVERTED):
+        job_name, written = _job_name_and_namespace(file)
+        if written is None:
+            written = next((n for n, used in taken.items()
+                            if n.startswith(prefix) and job_name not in used),
+                           f"{prefix}-{len(taken)}")
+        assert job_name not in taken.setdefault(written, set()), (file, written)
+        taken[written].add(job_name)
+        names[file] = written
     spaces = {f: _namespace(kube_cluster, n) for f, n in names.items()}
     ops = Operators(kube_cluster, sorted(set(names.values())),
                     tmp_path_factory.mktemp("kubeflow-examples"))
     try:
-        ops.start("--enable-plugins", "kubeflow")
+        ops.start("--enable-plugins", "kubeflow", timeout=120)
         yield spaces, ops
     finally:
         problems = ops.stop_all()
@@ -147,9 +160,12 @@ def cluster(kube_cluster: ControlPlane, trainjobs_crds: list[str], kubeflow_crds
     assert not problems, "\n".join(problems)
 
 
-def _written_namespace(file: str) -> str | None:
+def _job_name_and_namespace(file: str) -> tuple[str, str | None]:
+    """The job's name and the namespace it names (`default`, printed by `kubectl get -o yaml`
+    in one seed, is taken as none: the test does not write to `default`)."""
     [job] = [d for d in read_documents(FIXTURES / file) if is_old_job(d)]
-    return (job.get("metadata") or {}).get("namespace")
+    namespace = job["metadata"].get("namespace")
+    return job["metadata"]["name"], None if namespace == "default" else namespace
 
 
 def _example(file: str, ns: Namespace, job: dict[str, Any]) -> Example:
@@ -180,7 +196,10 @@ def _run_to_the_end(examples: list[Example], spaces: dict[str, Namespace],
                 annotations = pod["metadata"].get("annotations") or {}
                 if pod["status"].get("phase") == "Running" and \
                         EXIT_CODE_ANNOTATION not in annotations:
-                    ns.end_pod(pod["metadata"]["name"], 0, run="0s")
+                    # check=False: the job may delete it meanwhile (cleanPodPolicy).
+                    ns.kubectl("annotate", "pod", pod["metadata"]["name"],
+                               f"{EXIT_CODE_ANNOTATION}=0", f"{RUN_DURATION_ANNOTATION}=0s",
+                               check=False)
         if time.monotonic() > deadline:
             waiting = {ex.file: spaces[ex.file].pod_summary(ex.name) for ex in examples
                        if ex.file not in finished}
@@ -219,22 +238,24 @@ def test_kubeflow_v1_examples_applied_unchanged_succeed(
                    for p in pods), ex.file
 
 
-def test_byteps_pre_v1_fields_refused_as_upstream_then_pruned_run(
-        cluster: tuple[dict[str, Namespace], Operators]) -> None:
-    """`spec.cleanPodPolicy`/`spec.successPolicy` are no v1 MXJob fields (training-operator's
-    v1 CRD has neither): strict `kubectl apply` refuses them, as it would with Kubeflow's
-    CRD; with `--validate=false` the API server drops them, as Kubeflow's would, and the job
-    runs (trainjobs' defaults: cleanPodPolicy Running; every Worker must succeed)."""
+@pytest.mark.parametrize("file", sorted(PRE_RUN_POLICY))
+def test_pre_run_policy_fields_refused_as_upstream_then_pruned_run(
+        cluster: tuple[dict[str, Namespace], Operators], file: str) -> None:
+    """`spec.cleanPodPolicy` (and MXJob's `spec.successPolicy`) are no fields of a v1 job
+    since runPolicy (training-operator's v1 CRD has neither): strict `kubectl apply` refuses
+    them, as it would with Kubeflow's CRD; with `--validate=false` the API server drops them,
+    as Kubeflow's would, and the job runs with the defaults (trainjobs': cleanPodPolicy
+    Running; docs/migrating.md). `trainjobs convert` moves them into runPolicy instead."""
     spaces, ops = cluster
-    ns = spaces[BYTEPS]
-    refused = ns.kubectl("apply", "-f", str(FIXTURES / BYTEPS), check=False)
+    ns = spaces[file]
+    refused = ns.kubectl("apply", "-f", str(FIXTURES / file), check=False)
     assert refused.returncode != 0
-    assert 'unknown field "spec.cleanPodPolicy"' in refused.stderr, refused.stderr
-    assert 'unknown field "spec.successPolicy"' in refused.stderr, refused.stderr
-    out = ns.kubectl("apply", "--validate=false", "-f", str(FIXTURES / BYTEPS), "-o", "json")
+    for field in PRE_RUN_POLICY[file]:
+        assert f'unknown field "{field}"' in refused.stderr, refused.stderr
+    out = ns.kubectl("apply", "--validate=false", "-f", str(FIXTURES / file), "-o", "json")
     stored = json.loads(out.stdout)
-    assert "cleanPodPolicy" not in stored["spec"] and "successPolicy" not in stored["spec"]
-    statuses = _run_to_the_end([_example(BYTEPS, ns, stored)], spaces)
+    assert not {f.removeprefix("spec.") for f in PRE_RUN_POLICY[file]} & set(stored["spec"])
+    statuses = _run_to_the_end([_example(file, ns, stored)], spaces)
     assert not _succeeded(statuses), (_succeeded(statuses), ops.report())
 
 
@@ -257,6 +278,8 @@ def test_older_examples_converted_succeed(
         converted = convert_documents(read_documents(FIXTURES / file), file)
         [job] = [d for d in converted.documents
                  if d.get("apiVersion", "").startswith("trainjobs.io/")]
+        if job["metadata"].get("namespace") == "default":
+            del job["metadata"]["namespace"]  # see _job_name_and_namespace
         out = ns.kubectl("apply", "-f", "-", "-o", "json", input=json.dumps(job), check=False)
         assert out.returncode == 0, f"{file}: {out.stderr}"
         # The examples' other objects (caffe2's Redis Service and Pod) as they are; the
@@ -282,6 +305,14 @@ def test_lowercase_replica_keys_run_as_training_operators_defaulting(
     stored = ns.apply(doc)
     assert sorted(stored["spec"]["tfReplicaSpecs"]) == ["chief", "ps", "worker"]
     example = _example("lower", ns, stored)
+    # Selectors written for Kubeflow find the Services (training-operator's labels on them).
+    selector = ("training.kubeflow.org/job-name=lower,training.kubeflow.org/replica-type=worker,"
+                "training.kubeflow.org/operator-name=tfjob-controller")
+    services = wait_for(lambda: len(found := ns.get_path(
+        f"/api/v1/namespaces/{ns.name}/services", {"labelSelector": selector})["items"]) == 2
+        and found, "the Workers' Services by Kubeflow's labels", timeout=60)
+    assert sorted(s["metadata"]["labels"]["training.kubeflow.org/replica-index"]
+                  for s in services) == ["0", "1"]
     statuses = _run_to_the_end([example], {"lower": ns})
     assert not _succeeded(statuses), (_succeeded(statuses), ops.report())
     assert sorted(statuses["lower"]["replicaStatuses"]) == ["Chief", "PS", "Worker"]

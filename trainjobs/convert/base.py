@@ -26,10 +26,11 @@ __all__ = [
     "set_port",
 ]
 
-# Written by the API server; a manifest saved with `kubectl get -o yaml` carries them.
+# Written by the API server; a manifest saved with `kubectl get -o yaml` carries them
+# (`clusterName`, always empty, until Kubernetes 1.25 removed it).
 SERVER_SET_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp",
                        "managedFields", "selfLink", "deletionTimestamp",
-                       "deletionGracePeriodSeconds")
+                       "deletionGracePeriodSeconds", "clusterName")
 POD_RESTART_POLICIES = ("Never", "OnFailure", "Always")
 # Kubernetes 1.7's GPU resource, removed in 1.11 (the API server now refuses it in a pod); the
 # NVIDIA device plugin's name for the same thing.

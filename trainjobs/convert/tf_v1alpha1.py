@@ -57,7 +57,16 @@ def convert_tf_v1alpha1(doc: dict[str, Any], conv: Conversion) -> dict[str, Any]
 def _tf_replica(entry: dict[str, Any], path: str, rspec: dict[str, Any],
                 conv: Conversion) -> None:
     for name in ("isDefaultPS", "IsDefaultPS"):
-        if entry.get(name):
+        if not entry.get(name):
+            continue
+        if rspec.get("template") is not None:
+            # The template tf-operator wrote for its default PS (as `kubectl get -o yaml`
+            # shows it): its server image, mounting a ConfigMap only its pods had.
+            rspec["template"] = None
+            conv.changed(f"{path}.template", f"written by tf-operator for its default PS "
+                                             f"({name}: true): left out, the PS gets "
+                                             "trainjobs' standard gRPC server")
+        else:
             conv.changed(f"{path}.{name}", "a PS without a `tensorflow` container gets "
                                            "trainjobs' standard gRPC server")
     if rspec.get("template") is None:
