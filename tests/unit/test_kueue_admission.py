@@ -177,3 +177,25 @@ def test_unknown_fields_are_ignored_and_crd_defaults_apply() -> None:
                          "spec": {"podSets": [{}], "somethingNew": True}})
     assert (wl.spec.pod_sets[0].name, wl.spec.pod_sets[0].count) == ("main", 1)
     assert wl.active
+
+
+def test_workload_phase_for_the_jobs_status() -> None:
+    from trainjobs.kueue.admission import workload_phase
+
+    from .kueue_fixtures import PREEMPTED_MESSAGE
+
+    assert workload_phase(with_status(MANIFEST, cond("QuotaReserved", "False", "Pending",
+                                                     PENDING_MESSAGE))) == (
+        "Pending", PENDING_MESSAGE)
+    assert workload_phase(with_status(MANIFEST, quota_reserved(), cond(
+        "Admitted", "False", "UnsatisfiedChecks", "The workload has not all checks ready"))) == (
+        "QuotaReserved", "The workload has not all checks ready")
+    assert workload_phase(admitted()) == ("Admitted", "Admitted by ClusterQueue cluster-queue")
+    evicted = cond("Evicted", "True", "Preempted", PREEMPTED_MESSAGE)
+    assert workload_phase(with_status(
+        MANIFEST, cond("QuotaReserved", "False", "Pending", PREEMPTED_MESSAGE), evicted)) == (
+        "Evicted", f"Preempted: {PREEMPTED_MESSAGE}")
+    assert workload_phase(with_status(MANIFEST, quota_reserved(), admitted_cond(), evicted,
+                                      adm=admission(worker="spot")))[0] == "Admitted"
+    assert workload_phase(with_status(MANIFEST, cond("Finished", "True", "Succeeded",
+                                                     "done"))) == ("Finished", "Succeeded: done")

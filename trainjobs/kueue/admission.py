@@ -22,7 +22,7 @@ from trainjobs.kueue.model import (
     Workload,
 )
 
-__all__ = ["FlavorNotFound", "pod_set_changes", "waiting_reason"]
+__all__ = ["FlavorNotFound", "pod_set_changes", "waiting_reason", "workload_phase"]
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -150,3 +150,23 @@ def waiting_reason(wl: Workload) -> tuple[str, str]:
     if not wl.active:
         return "Deactivated", "The workload is deactivated"
     return "Pending", f"Workload {wl.metadata.name} is waiting for Kueue to evaluate it"
+
+
+def workload_phase(wl: Workload) -> tuple[str, str]:
+    """The Workload's phase and message for the job's `status.ownedObjects` (what
+    `trainjobs status` shows): Finished, Evicted, Admitted, QuotaReserved or Pending, in
+    that order of precedence (workload.Status, pkg/workload/workload.go:97, plus Evicted)."""
+    for ctype in (k.COND_FINISHED, k.COND_EVICTED):
+        cond = wl.condition(ctype)
+        if cond is not None and cond.status == "True":
+            if ctype == k.COND_EVICTED and wl.is_true(k.COND_ADMITTED):
+                break  # evicted but not stopped yet: still holds its admission
+            return ctype, f"{cond.reason}: {cond.message}" if cond.reason else cond.message
+    if wl.is_true(k.COND_ADMITTED):
+        admission = wl.status.admission
+        return k.COND_ADMITTED, (f"Admitted by ClusterQueue {admission.cluster_queue}"
+                                 if admission else "")
+    message = waiting_reason(wl)[1]
+    if wl.is_true(k.COND_QUOTA_RESERVED):
+        return k.COND_QUOTA_RESERVED, message
+    return "Pending", message
