@@ -8,6 +8,9 @@ creation; one is admitted (its Workload Admitted, the Job unsuspended, its pod g
 flavor's node label and bound to the labelled KWOK node), the other stays suspended with no
 pod and Kueue's "insufficient unused quota" in its Workload's QuotaReserved condition, and is
 admitted and runs once the first has finished.
+
+And Kueue's own ``kubeflow.org/tfjob`` integration, enabled by restarting Kueue
+(``kueue.configured``), handles a Kubeflow TFJob on trainjobs' CRD up to its admission.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -33,6 +37,7 @@ from trainjobs.testing import (
     create_resource_flavor,
     wait_for_workload,
     workload_condition,
+    workloads_owned_by,
 )
 
 pytestmark = pytest.mark.integration
@@ -96,70 +101,30 @@ def finished(wl: dict[str, Any]) -> bool:
     return condition_true(wl, "Finished")
 
 
-def test_kueue_admits_within_quota_and_queues_the_rest(
-    kube_cluster: ControlPlane, kueue: Kueue, kube_namespace: str,
-    pool: tuple[str, list[str]],
-) -> None:
+@dataclass(frozen=True)
+class Queue:
+    """A ResourceFlavor for the pool's nodes, a ClusterQueue of 4 CPU of it, and the
+    LocalQueue ``queue`` of the test's namespace."""
+
+    namespace: str
+    flavor: str
+    value: str
+    nodes: list[str]
+    local: str = "queue"
+
+
+@pytest.fixture
+def queue(kube_cluster: ControlPlane, kueue: Kueue, kube_namespace: str,
+          pool: tuple[str, list[str]]) -> Iterator[Queue]:
     value, nodes = pool
     name = f"kh-{value}"
     create_resource_flavor(kube_cluster, name, node_labels={POOL_LABEL: value})
     try:
         create_cluster_queue(kube_cluster, name, quotas={name: {"cpu": "4"}})
         create_local_queue(kube_cluster, kube_namespace, "queue", name)
-        # The CRD conversion webhook answers: the ClusterQueue read as v1beta1 (it is stored
-        # as v1beta2) goes through Kueue's /convert.
-        v1beta1 = kube_cluster.api().get(f"/apis/kueue.x-k8s.io/v1beta1/clusterqueues/{name}")
-        assert v1beta1.status == 200, v1beta1.body
-        assert v1beta1.json()["apiVersion"] == "kueue.x-k8s.io/v1beta1"
-        ns = kube_namespace
-
-        first = create(kube_cluster, batch_job("first", ns, "queue", "3", "6s"))
-        # Kueue's mutating webhook suspended it at creation.
-        assert first["spec"]["suspend"] is True
-        wl_first = wait_for_workload(kube_cluster, ns, first["metadata"]["uid"], admitted,
-                                     "the first Job's Workload to be admitted")
-        admission = wl_first["status"]["admission"]
-        assert admission["clusterQueue"] == name
-        assert admission["podSetAssignments"][0]["flavors"] == {"cpu": name}
-
-        second = create(kube_cluster, batch_job("second", ns, "queue", "3", "1s"))
-        assert second["spec"]["suspend"] is True
-        wl_second = wait_for_workload(
-            kube_cluster, ns, second["metadata"]["uid"],
-            lambda wl: (c := workload_condition(wl, "QuotaReserved")) is not None
-            and c.status == "False" and "insufficient unused quota" in c.message,
-            "the second Job's Workload to say it lacks quota")
-        reserved = workload_condition(wl_second, "QuotaReserved")
-        assert reserved is not None and f"in flavor {name}" in reserved.message, reserved
-
-        # The first runs: unsuspended by Kueue, its pod steered to the flavor's nodes.
-        wait_for(lambda: get_json(kube_cluster, "job", "first", "-n", ns)["spec"]["suspend"]
-                 is False, "Kueue to unsuspend the first Job")
-        pod = wait_for(
-            lambda: next((p for p in pods_of(kube_cluster, ns, "first")
-                          if p["status"].get("phase") in ("Running", "Succeeded")), None),
-            "the first Job's pod to run", timeout=60)
-        assert pod["spec"]["nodeSelector"] == {POOL_LABEL: value}
-        assert pod["spec"]["nodeName"] in nodes
-        # The second stays suspended with no pod while the first runs.
-        assert get_json(kube_cluster, "job", "second", "-n", ns)["spec"]["suspend"] is True
-        assert pods_of(kube_cluster, ns, "second") == []
-        assert not admitted(wl_second)
-
-        # The first finishes, its quota is released, and the second is admitted and runs.
-        wait_for_workload(kube_cluster, ns, first["metadata"]["uid"], finished,
-                          "the first Job's Workload to finish", timeout=90)
-        wait_for_workload(kube_cluster, ns, second["metadata"]["uid"], admitted,
-                          "the second Job's Workload to be admitted", timeout=60)
-        done = wait_for(
-            lambda: next((p for p in pods_of(kube_cluster, ns, "second")
-                          if p["status"].get("phase") == "Succeeded"), None),
-            "the second Job's pod to succeed", timeout=90)
-        assert done["spec"]["nodeSelector"] == {POOL_LABEL: value}
-        assert done["spec"]["nodeName"] in nodes
-        wait_for_workload(kube_cluster, ns, second["metadata"]["uid"], finished,
-                          "the second Job's Workload to finish", timeout=90)
+        yield Queue(kube_namespace, name, value, nodes)
     finally:
+        # The jobs first: a ClusterQueue is deleted only once no admitted Workload uses it.
         kube_cluster.kubectl("delete", "jobs", "--all", "-n", kube_namespace,
                              "--cascade=foreground", "--wait=true", check=False, timeout=60)
         kube_cluster.kubectl("delete", "localqueue", "queue", "-n", kube_namespace,
@@ -168,3 +133,101 @@ def test_kueue_admits_within_quota_and_queues_the_rest(
                              "--wait=true", check=False, timeout=60)
         kube_cluster.kubectl("delete", "resourceflavor", name, "--ignore-not-found",
                              "--wait=true", check=False, timeout=60)
+
+
+def test_kueue_admits_within_quota_and_queues_the_rest(
+    kube_cluster: ControlPlane, queue: Queue
+) -> None:
+    ns, name, value, nodes = queue.namespace, queue.flavor, queue.value, queue.nodes
+    # The CRD conversion webhook answers: the ClusterQueue read as v1beta1 (it is stored as
+    # v1beta2) goes through Kueue's /convert.
+    v1beta1 = kube_cluster.api().get(f"/apis/kueue.x-k8s.io/v1beta1/clusterqueues/{name}")
+    assert v1beta1.status == 200, v1beta1.body
+    assert v1beta1.json()["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+
+    first = create(kube_cluster, batch_job("first", ns, queue.local, "3", "6s"))
+    # Kueue's mutating webhook suspended it at creation.
+    assert first["spec"]["suspend"] is True
+    wl_first = wait_for_workload(kube_cluster, ns, first["metadata"]["uid"], admitted,
+                                 "the first Job's Workload to be admitted")
+    admission = wl_first["status"]["admission"]
+    assert admission["clusterQueue"] == name
+    assert admission["podSetAssignments"][0]["flavors"] == {"cpu": name}
+
+    second = create(kube_cluster, batch_job("second", ns, queue.local, "3", "1s"))
+    assert second["spec"]["suspend"] is True
+    wl_second = wait_for_workload(
+        kube_cluster, ns, second["metadata"]["uid"],
+        lambda wl: (c := workload_condition(wl, "QuotaReserved")) is not None
+        and c.status == "False" and "insufficient unused quota" in c.message,
+        "the second Job's Workload to say it lacks quota")
+    reserved = workload_condition(wl_second, "QuotaReserved")
+    assert reserved is not None and f"in flavor {name}" in reserved.message, reserved
+
+    # The first runs: unsuspended by Kueue, its pod steered to the flavor's nodes.
+    wait_for(lambda: get_json(kube_cluster, "job", "first", "-n", ns)["spec"]["suspend"]
+             is False, "Kueue to unsuspend the first Job")
+    pod = wait_for(
+        lambda: next((p for p in pods_of(kube_cluster, ns, "first")
+                      if p["status"].get("phase") in ("Running", "Succeeded")), None),
+        "the first Job's pod to run", timeout=60)
+    assert pod["spec"]["nodeSelector"] == {POOL_LABEL: value}
+    assert pod["spec"]["nodeName"] in nodes
+    # The second stays suspended with no pod while the first runs.
+    assert get_json(kube_cluster, "job", "second", "-n", ns)["spec"]["suspend"] is True
+    assert pods_of(kube_cluster, ns, "second") == []
+    assert not admitted(wl_second)
+
+    # The first finishes, its quota is released, and the second is admitted and runs.
+    wait_for_workload(kube_cluster, ns, first["metadata"]["uid"], finished,
+                      "the first Job's Workload to finish", timeout=90)
+    wait_for_workload(kube_cluster, ns, second["metadata"]["uid"], admitted,
+                      "the second Job's Workload to be admitted", timeout=60)
+    done = wait_for(
+        lambda: next((p for p in pods_of(kube_cluster, ns, "second")
+                      if p["status"].get("phase") == "Succeeded"), None),
+        "the second Job's pod to succeed", timeout=90)
+    assert done["spec"]["nodeSelector"] == {POOL_LABEL: value}
+    assert done["spec"]["nodeName"] in nodes
+    wait_for_workload(kube_cluster, ns, second["metadata"]["uid"], finished,
+                      "the second Job's Workload to finish", timeout=90)
+
+
+def test_kueue_tfjob_integration_on_the_kubeflow_crd(
+    kube_cluster: ControlPlane, kueue: Kueue, kubeflow_crds: list[str], queue: Queue
+) -> None:
+    """Kueue restarted with its ``kubeflow.org/tfjob`` integration (the Kubeflow CRDs installed
+    first) handles an unchanged ``kubeflow.org/v1`` TFJob on trainjobs' CRD: its webhook
+    suspends it, its tfjob controller creates the Workload (one pod set per replica type)
+    and, on admission, unsuspends it with the flavor's node label in the templates. No
+    operator runs: what happens next is issue 25 point 3's."""
+    assert "tfjobs.kubeflow.org" in kubeflow_crds
+    frameworks = ("batch/job", "kubeflow.org/tfjob")
+    with kueue.configured(kueue.with_options(frameworks=frameworks)):
+        assert kueue.options.frameworks == frameworks
+        worker = {"replicas": 2, "template": {"spec": {"containers": [{
+            "name": "tensorflow", "image": "tf",
+            "resources": {"requests": {"cpu": "1"}}}]}}}
+        tfjob = create(kube_cluster, {
+            "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": {"name": "tf", "namespace": queue.namespace,
+                         "labels": {QUEUE_LABEL: queue.local}},
+            "spec": {"tfReplicaSpecs": {"Worker": worker}}})
+        assert tfjob["spec"]["runPolicy"]["suspend"] is True
+        wl = wait_for_workload(kube_cluster, queue.namespace, tfjob["metadata"]["uid"],
+                               admitted, "the TFJob's Workload to be admitted")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("worker", 2)]
+        got = wait_for(
+            lambda: (j := get_json(kube_cluster, "tfjobs.kubeflow.org", "tf", "-n",
+                                   queue.namespace))["spec"]["runPolicy"]["suspend"] is False
+            and j, "Kueue to unsuspend the TFJob")
+        template = got["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+        assert template["nodeSelector"] == {POOL_LABEL: queue.value}
+        # Deleted while Kueue's tfjob controller runs, which releases the Workload (its
+        # finalizer) for the garbage collector.
+        kube_cluster.kubectl("delete", "tfjobs.kubeflow.org", "tf", "-n", queue.namespace,
+                             "--wait=true", timeout=60)
+        wait_for(lambda: workloads_owned_by(kube_cluster, queue.namespace,
+                                            tfjob["metadata"]["uid"]) == [],
+                 "the TFJob's Workload to be deleted", timeout=60)
+    assert kueue.options.frameworks == ("batch/job",)
