@@ -5,7 +5,10 @@ PriorityClasses high and low; a TfJob whose Chief and 2 PS run at high priority 
 4 Workers run at low priority, 2 CPU each (14 of 16 CPU). A Deployment of 4 high-priority
 pods of 2 CPU then makes the scheduler preempt 3 Workers. The job goes on: Running with an
 elasticPolicy (Restarting without one), the Replicas column and ReplicaLost events say so,
-nothing counts as a failure. `kubectl delete pod` of a Worker gets a replacement at once.
+nothing counts as a failure. Each loss names its cause as the API gives it (issue 27.9), in the
+ReplicaLost event and the status's lastLostReason: PreemptionByScheduler (the scheduler's
+DisruptionTarget condition), Deleted for `kubectl delete pod` of a Worker (a replacement at
+once), EvictionByEvictionAPI for an eviction (kubectl drain's way).
 Scaling the Deployment down lets the Workers run again; the job returns to full strength and
 succeeds. docs/scheduling.md has the same steps for a terminal.
 """
@@ -118,6 +121,15 @@ def _lost_events(ns: Namespace, name: str) -> list[str]:
     return [e["message"] for e in ns.events(name=name) if e["reason"] == "ReplicaLost"]
 
 
+def _evict(ns: Namespace, pod: str) -> None:
+    """POST the pod's eviction subresource, as `kubectl drain` does."""
+    resp = ns.plane.api().request(
+        "POST", f"/api/v1/namespaces/{ns.name}/pods/{pod}/eviction",
+        {"apiVersion": "policy/v1", "kind": "Eviction",
+         "metadata": {"name": pod, "namespace": ns.name}}, timeout=30)
+    assert resp.status == 201, (resp.status, resp.body[:300])
+
+
 def _status_where(ns: Namespace, name: str, what: str, test: Any) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         status = ns.status("TfJob", name)
@@ -173,8 +185,10 @@ def test_elasticdl_demo(ns: Namespace, pool: Pool, elastic: bool) -> None:
     assert status["replicaSummary"] == "Chief 1/1, PS 2/2, Worker 1/4", status
     lost = _lost_events(ns, name)  # read after the status: a later loss may be in already
     assert len(lost) >= lost_before, lost
-    assert all("PreemptionByScheduler" in m or "someone other than the operator" in m
-               for m in lost), lost
+    # The scheduler marks each victim (DisruptionTarget, PreemptionByScheduler) before it
+    # deletes it: every loss names the preemption, in the event and in the status.
+    assert all(": PreemptionByScheduler: " in m for m in lost), lost
+    assert worker["lastLostReason"] == "PreemptionByScheduler", worker
     if elastic:
         assert status["state"] == "Running", status
         assert "running with 1 of 4 Workers" in condition(status, "Running")["message"]
@@ -195,6 +209,24 @@ def test_elasticdl_demo(ns: Namespace, pool: Pool, elastic: bool) -> None:
                            lambda s: s["replicaStatuses"]["Worker"]["lost"] > lost_before)
     seen.add(status["state"])
     assert status["state"] != "Failed", status
+    # No DisruptionTarget on a plain delete: the operator says it saw the pod deleted.
+    assert status["replicaStatuses"]["Worker"]["lastLostReason"] == "Deleted", status
+    assert any(f"(pod {survivor}) was lost: " in m and "deleted by someone other than the "
+               "operator" in m for m in _lost_events(ns, name)), _lost_events(ns, name)
+
+    # The Eviction API (kubectl drain's way) marks the pod EvictionByEvictionAPI first.
+    status = _status_where(ns, name, "a Worker running again",
+                           lambda s: s["replicaStatuses"]["Worker"]["running"] == 1)
+    evicted = sorted(p for p in _running(ns, name) if "-worker-" in p)[0]
+    lost_now = status["replicaStatuses"]["Worker"]["lost"]
+    _evict(ns, evicted)
+    status = _status_where(ns, name, "the eviction counted",
+                           lambda s: s["replicaStatuses"]["Worker"]["lost"] > lost_now)
+    seen.add(status["state"])
+    assert status["replicaStatuses"]["Worker"]["lastLostReason"] == "EvictionByEvictionAPI", \
+        status
+    assert any(f"(pod {evicted}) was lost: EvictionByEvictionAPI: " in m
+               for m in _lost_events(ns, name)), _lost_events(ns, name)
 
     status = _full_strength_and_succeed(ns, name, seen)
     worker = status["replicaStatuses"]["Worker"]

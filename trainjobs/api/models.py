@@ -205,6 +205,12 @@ class ReplicaStatus(StatusModel):
     lost: int = Field(
         default=0, description="Replicas taken by the cluster (preempted, evicted, deleted by "
         "someone else) and recreated; never counted toward backoffLimit.")
+    last_lost_reason: str = Field(
+        default="", description="Why the last replica of this type was lost, as the API said: "
+        "the pod's DisruptionTarget reason (PreemptionByScheduler, EvictionByEvictionAPI, "
+        "TerminationByKubelet, DeletionByTaintManager, DeletionByPodGC) or its Failed "
+        "status reason (Evicted, NodeLost, ...); Deleted when it was deleted with no such "
+        "reason (kubectl delete pod), Disappeared when the operator did not see it go.")
     started_indexes: str = Field(
         default="", description="Indexes whose current pod has started, e.g. '0-2,5'; a pod "
         "that disappears from one of them was lost.")

@@ -8,6 +8,7 @@ cheap to hold.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -21,7 +22,7 @@ from trainjobs.core.render import (
 )
 
 __all__ = ["DISRUPTION_REASONS", "UNRUNNABLE_REASONS", "GonePod", "ObservedPod", "PodPhase",
-           "attempt_of", "from_pod"]
+           "attempt_of", "from_pod", "loss_reason"]
 
 # Long scheduler messages are cut: they end up in the job's status.
 MESSAGE_LIMIT = 300
@@ -100,6 +101,23 @@ class GonePod:
     # The job's attempt the pod was made for (replicas that restart together): a pod of an
     # attempt that is over going is no loss of the current one. None: not known.
     attempt: int | None = None
+
+
+_REASON_FIRST = re.compile(r"([A-Z][A-Za-z]+)(?::|$)")
+
+
+def loss_reason(cause: str) -> str:
+    """The reason a lost replica's status names, from the cause its ReplicaLost event gives:
+    the API's own word where it said one (the DisruptionTarget condition's reason:
+    PreemptionByScheduler, EvictionByEvictionAPI, TerminationByKubelet,
+    DeletionByTaintManager, DeletionByPodGC; or a Failed pod's status reason: Evicted,
+    NodeLost, ...), else Deleted (the operator saw the pod deleted, by a user or a
+    controller that says nothing) or Disappeared (it did not see it go: gone while it was
+    not running, e.g. restarting)."""
+    found = _REASON_FIRST.match(cause)
+    if found:
+        return found.group(1)
+    return "Disappeared" if cause.startswith("its pod disappeared") else "Deleted"
 
 
 def _parse_time(value: Any) -> datetime | None:

@@ -24,7 +24,13 @@ from trainjobs.api.models import (
     RestartPolicy,
 )
 from trainjobs.core.indexes import format_indexes, parse_indexes
-from trainjobs.core.observed import UNRUNNABLE_REASONS, GonePod, ObservedPod, PodPhase
+from trainjobs.core.observed import (
+    UNRUNNABLE_REASONS,
+    GonePod,
+    ObservedPod,
+    PodPhase,
+    loss_reason,
+)
 from trainjobs.core.render import RenderedJob, replica_counts
 from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 
@@ -115,6 +121,7 @@ class _State:
     lost_causes: Mapping[str, GonePod] = field(default_factory=dict)
     lost_names: set[str] = field(default_factory=set)  # counted in this pass
     lost_uids: set[str] = field(default_factory=set)
+    lost_reason: dict[str, str] = field(default_factory=dict)  # type -> loss_reason
     # Pods recreated because the replica counts changed (their environment lists every peer).
     rescaled: list[str] = field(default_factory=list)
     create_refused: str = ""
@@ -366,9 +373,12 @@ def _forget_indexes(state: _State) -> None:
         state.completed[key].clear()
 
 
-def _lost(state: _State, replica: Replica, pod_name: str, cause: str, uid: str = "") -> None:
+def _lost(state: _State, replica: Replica, pod_name: str, cause: str, uid: str = "",
+          reason: str = "") -> None:
     """A replica that had started lost its pod to someone else: count it (not as a failure)
-    and say so; its index no longer counts as started, so it is counted once."""
+    and say so, with why (the event's cause, the status's lastLostReason); its index no
+    longer counts as started, so it is counted once."""
+    state.lost_reason[replica.type] = reason or loss_reason(cause)
     state.started[replica.type].discard(replica.index)
     state.lost_names.add(pod_name)
     if uid:
@@ -569,7 +579,8 @@ def _failed(
     if pod.disrupted:
         # Counted once, by uid, like a failure; but as lost, never toward backoffLimit.
         if pod.uid not in counted:
-            _lost(state, replica, pod.name, f"{what}: {pod.disruption or 'taken by the cluster'}")
+            _lost(state, replica, pod.name, f"{what}: {pod.disruption or 'taken by the cluster'}",
+                  reason=loss_reason(pod.disruption or pod.reason))
         new_counted.add(pod.uid)
         state.disrupted = True
         state.plan.delete_pods.append(pod.name)
@@ -809,6 +820,8 @@ def _replica_statuses(
             # Failure recreations (bookkeeping of _restarts) plus the lost replicas.
             "recreations": recreated + lost,
             "lost": lost,
+            "lastLostReason": state.lost_reason.get(key) or
+            (before.last_lost_reason if before else ""),
             "startedIndexes": format_indexes(state.started[key]),
             "completedIndexes": format_indexes(state.completed[key]),
         }
