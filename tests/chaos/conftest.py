@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,23 +89,29 @@ def pytest_runtest_makereport(
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """With --chaos: write the figures of this run (docs/reliability/chaos.json, and the
-    table between the markers of docs/reliability.md)."""
+    table between the markers of docs/reliability.md). A run of some scenarios only (``-k``)
+    keeps the others' last figures, each marked with the run that measured it."""
     figures = session.config.stash.get(_FIGURES, [])
     if not session.config.getoption("--chaos") or not figures:
         return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
                             capture_output=True, check=False).stdout.strip()
     started = session.config.stash.get(_STARTED, time.time())
-    run = {
+    run: dict[str, Any] = {
         "commit": commit,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "duration_s": round(time.time() - started),
         "exitstatus": int(exitstatus),
         "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
                     "kubernetes": K8S_VERSION, "kwok": KWOK_VERSION,
+                    "loadavg_at_start": session.config.stash.get(_LOAD, []),
                     "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
-        "scenarios": [f.to_json() for f in figures],
     }
+    if os.environ.get(NOTE_ENV):
+        run["note"] = os.environ[NOTE_ENV]
+    measured = [{**f.to_json(), "run": {k: run[k] for k in ("commit", "date")}}
+                for f in figures]
+    run["scenarios"] = measured + _kept(measured)
     RESULTS_JSON.parent.mkdir(parents=True, exist_ok=True)
     RESULTS_JSON.write_text(json.dumps(run, indent=1) + "\n")
     if RELIABILITY_MD.exists():
@@ -115,35 +122,114 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             RELIABILITY_MD.write_text(head + BEGIN + "\n" + figures_table(run) + END + tail)
 
 
+#: Set to a sentence about the run (e.g. that other work shared the machine): it is kept
+#: in chaos.json and printed above the table.
+NOTE_ENV = "TRAINJOBS_CHAOS_NOTE"
+_LOAD = pytest.StashKey[list[float]]()
+
+
+def _family(scenario: str) -> str:
+    """A scenario's name without its sizes: "SIGKILL storm (200 jobs, ...)" -> "SIGKILL
+    storm"; a run of a family replaces its earlier figures, whatever its sizes."""
+    return scenario.split(" (", 1)[0]
+
+
+def _kept(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scenarios of the last chaos.json that this run did not measure, each with the
+    run that did (its commit and date)."""
+    try:
+        last = json.loads(RESULTS_JSON.read_text())
+    except (OSError, ValueError):
+        return []
+    done = {_family(f["scenario"]) for f in measured}
+    out = []
+    for f in last.get("scenarios") or []:
+        if _family(f["scenario"]) in done:
+            continue
+        out.append({**f, "run": f.get("run") or {"commit": last.get("commit"),
+                                                  "date": last.get("date")}})
+    return out
+
+
 _STARTED = pytest.StashKey[float]()
+
+
+def _attempt_cell(f: dict[str, Any]) -> str:
+    """The pod watch's attempt figures of the kinds whose pods carry an attempt; "not
+    measured" where the scenario ran no pod watch."""
+    per_kind = f.get("per_kind") or {}
+    cells = [f"{kind} {e['attempt_overlaps']} / {e['recreated_in_attempt']}"
+             for kind, e in sorted(per_kind.items()) if e.get("attempt_overlaps") is not None]
+    return ", ".join(cells) if cells else "not measured"
+
+
+def _kind_notes(f: dict[str, Any]) -> list[str]:
+    per_kind = f.get("per_kind") or {}
+    if not per_kind:
+        return []
+    parts = []
+    for kind, e in sorted(per_kind.items()):
+        text = f"{kind} {e.get('jobs', 0)} jobs, {e.get('pods', 0)} pods, duplicates " \
+               f"{e.get('duplicates', 0)}"
+        if e.get("attempt_overlaps") is not None:
+            text += (f", {e['jobs_restarted_together']} restarted together (attempts up to "
+                     f"{e['attempts_max']}), jobs with two attempts alive at once "
+                     f"{e['attempt_overlaps']}, pods created twice in an attempt "
+                     f"{e['recreated_in_attempt']}")
+        parts.append(text)
+    out = ["per kind (pod watch and audit log): " + "; ".join(parts)]
+    fail_once = (f.get("extra") or {}).get("fail_once")
+    if fail_once:
+        out.append(f"shards chosen to fail once: {fail_once['chosen']}, failed "
+                   f"{fail_once['failed']} (not failed: {fail_once['not_failed']})")
+    return out
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_STARTED] = time.time()
+    session.config.stash[_LOAD] = [round(x, 2) for x in os.getloadavg()]
 
 
-def figures_table(run: dict[str, object]) -> str:
+def figures_table(run: dict[str, Any]) -> str:
     """The markdown written between the markers of docs/reliability.md."""
+    scenarios = run["scenarios"]
+    assert isinstance(scenarios, list)
+    earlier = sorted({f"`{f['run']['commit']}` ({f['run']['date']})" for f in scenarios
+                      if f.get("run", {}).get("commit") != run["commit"]})
     rows = [
         f"Run of `make chaos` at commit `{run['commit']}` on {run['date']}: "
         f"{run['duration_s']} s in all (exit status {run['exitstatus']}; "
-        f"machine {run['machine']}).",
+        f"machine {run['machine']})."
+        + (f" {run['note']}" if run.get("note") else "")
+        + (f" Rows measured by earlier runs say so: {', '.join(earlier)}." if earlier else ""),
         "",
-        "| scenario | jobs | finished | lost | faults | duplicates | max creates/pod name "
-        "| failures recreated | KWOK unasked deletes | pods deleted again | orphans "
-        "| statuses seen | two exclusive True | finished flips | recovery (s) | duration (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| scenario | measured at | jobs | finished | lost | faults | duplicates "
+        "| max creates/pod name | failures recreated | KWOK unasked deletes | pods deleted again "
+        "| orphans | statuses seen | two exclusive True | finished flips "
+        "| attempts alive at once / pods created twice in an attempt "
+        "| recovery (s) | duration (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    scenarios = run["scenarios"]
-    assert isinstance(scenarios, list)
     for f in scenarios:
         recovery = ", ".join(f"{k} {v}" for k, v in f["recovery_s"].items()) or "-"
+        at = (f.get("run") or {}).get("commit", run["commit"])
+        nm = _not_measured(f)
         rows.append(
-            f"| {f['scenario']} | {f['jobs']} | {f['finished']} | {len(f['lost'])} | "
-            f"{f['faults']} | {f['duplicates']} | {f['max_creates_per_pod_name']} | "
-            f"{f['failures_recreated']} | {f['unasked_kwok_deletes']} | "
-            f"{f.get('deleted_again', '-')} | {len(f['orphans'])} | "
-            f"{f['statuses_seen']} | {len(f['double_true'])} | {len(f['finished_flips'])} | "
-            f"{recovery} | {f['duration_s']} |")
-    notes = [f"- {f['scenario']}: {n}" for f in scenarios for n in f["notes"]]
+            f"| {f['scenario']} | `{at}` | {f['jobs']} | {f['finished']} | {len(f['lost'])} | "
+            f"{f['faults']} | {nm or f['duplicates']} | {nm or f['max_creates_per_pod_name']} | "
+            f"{nm or f['failures_recreated']} | {nm or f['unasked_kwok_deletes']} | "
+            f"{nm or f.get('deleted_again', '-')} | {nm or len(f['orphans'])} | "
+            f"{nm or f['statuses_seen']} | {nm or len(f['double_true'])} | "
+            f"{nm or len(f['finished_flips'])} | "
+            f"{_attempt_cell(f)} | {recovery} | {f['duration_s']} |")
+    notes = [f"- {f['scenario']}: {n}" for f in scenarios
+             for n in [*f["notes"], *_kind_notes(f)]]
     return "\n".join(rows + (["", *notes] if notes else [])) + "\n"
+
+
+def _not_measured(f: dict[str, Any]) -> str:
+    """Figures a scenario's code did not compute in the run that recorded them: the hostile
+    specs before they had an audit replay and watches (they printed 0)."""
+    if f["scenario"].startswith("hostile specs") and not f["statuses_seen"]:
+        return "not measured"
+    return ""

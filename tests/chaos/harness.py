@@ -7,7 +7,8 @@ The figures (docs/reliability.md):
 duplicates
     Pod creates beyond what removals asked for: for each pod name, operator creates minus one
     minus the pods of that name deleted after they Failed or deleted by the garbage collector
-    or a user (audit log; ``PodHistory.duplicates``). A replica
+    or a user (audit log; ``PodHistory.duplicates``); for the pods of kinds that restart
+    together, creates beyond one per attempt a pod watch saw (``audit_figures``). A replica
     recreated because its pod was deleted under it by KWOK would count here too, so the
     fake kubelet's unasked deletes are reported beside it.
 unasked_kwok_deletes
@@ -22,6 +23,11 @@ orphans
     Running, the default, deletes them) once the run settled.
 lost
     Jobs that did not reach their expected end within the scenario's time budget.
+per_kind
+    From a pod watch (tests/chaos/podwatch.py), per job kind: jobs, pods, the attempts of
+    kinds that restart together, the jobs with pods of two attempts alive at once and the pod
+    names created twice within one attempt (both must be 0), and duplicates. Empty where a
+    scenario runs no pod watch (not measured).
 double_true
     Job statuses seen (every version a watch delivered) with two exclusive conditions True.
 recovery
@@ -38,7 +44,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -81,6 +87,7 @@ class Figures:
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    per_kind: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
         """What breaks the suite's invariants (each a short line with examples)."""
@@ -95,6 +102,11 @@ class Figures:
             out.append(f"{self.duplicates} duplicate pod creates")
         if self.unasked_kwok_deletes:
             out.append(f"{self.unasked_kwok_deletes} deletes by KWOK nobody asked for")
+        for kind, entry in sorted(self.per_kind.items()):
+            if entry.get("attempt_overlaps") or entry.get("recreated_in_attempt"):
+                out.append(f"{kind}: {entry['attempt_overlaps']} jobs with two attempts "
+                           f"alive at once, {entry['recreated_in_attempt']} pods created "
+                           f"twice within an attempt: {entry.get('examples')}")
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -246,19 +258,28 @@ def wait_finished(watch: StatusWatch, names: Iterable[str], budget: float,
         time.sleep(0.5)
 
 
-def audit_figures(figures: Figures, plane: ControlPlane, namespace: str, since: int) -> None:
-    """Duplicates, creates per pod name and KWOK's unasked deletes, from the audit log."""
+def audit_figures(figures: Figures, plane: ControlPlane, namespace: str, since: int,
+                  attempts: Mapping[str, int] | None = None) -> None:
+    """Duplicates, creates per pod name and KWOK's unasked deletes, from the audit log.
+
+    ``attempts``: pod name -> how many attempts a pod watch saw pods of under that name, for
+    the kinds whose replicas restart together: each attempt creates every shard anew (the
+    operator deletes the running peers of a failed shard), so there a duplicate is a create
+    beyond one per attempt, whatever removal came before it."""
     histories = pod_histories(plane.audit_events(since), namespace)
     dup = 0
     most = 0
     recreated = 0
     unasked = 0
     again = 0
-    for history in histories.values():
+    for name, history in histories.items():
         creates = history.creates()
         most = max(most, creates)
         recreated += min(history.failures(), max(0, creates - 1))
-        dup += history.duplicates()
+        if attempts and name in attempts:
+            dup += max(0, creates - attempts[name])
+        else:
+            dup += history.duplicates()
         unasked += len(history.unasked_deletes())
         again += history.deleted_again()
     figures.duplicates = dup
@@ -347,13 +368,14 @@ def operator_writes_after(plane: ControlPlane, since: int, after_wall: float,
             continue
         if not 200 <= int((event.get("responseStatus") or {}).get("code") or 0) < 300:
             continue
-        stamp = _epoch(str(event.get("stageTimestamp", "")))
+        stamp = epoch_of(str(event.get("stageTimestamp", "")))
         if stamp is not None and stamp > after_wall:
             return stamp
     return None
 
 
-def _epoch(stamp: str) -> float | None:
+def epoch_of(stamp: str) -> float | None:
+    """Epoch seconds of an RFC 3339 time as the API server writes it; None if it is not."""
     with contextlib.suppress(ValueError):
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     return None

@@ -4,24 +4,30 @@ assert ``figures.problems() == []`` and scenario-specific bounds."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from tests.chaos.failonce import FailOnce
 from tests.chaos.harness import (
     ChaosEnv,
     Figures,
     StatusWatch,
     audit_figures,
     create_all,
+    epoch_of,
     find_orphans,
     operator_writes_after,
     timed,
     wait_finished,
 )
+from tests.chaos.podwatch import PodWatch
 from tests.integration.operator_helpers import Operator, job, replica, true_conditions
+from trainjobs.testing import pod_histories
 
 KINDS = ("MxJob", "TfJob")
 #: Operator log records that are never acceptable (a crash, an assert, a traceback).
@@ -48,6 +54,71 @@ def failing_job(name: str, backoff: int) -> dict[str, Any]:
     }, runPolicy={"backoffLimit": backoff})
 
 
+def caffe2_job(name: str, shards: int, *, run: str = "4s") -> dict[str, Any]:
+    """A Caffe2Job of ``shards`` shards ending with 0 after ``run`` (a shared-directory
+    rendezvous: no Redis to run; the restart-together path is the same for every backend).
+    A failure (exit 137, OnFailure) restarts every shard together as a new attempt."""
+    return job("Caffe2Job", name, {
+        "Worker": replica("Caffe2Job", shards, exit_code=0, run=run, restart_policy="OnFailure"),
+    }, backend={"type": "nfs", "nfsPath": "/shared"}, runPolicy={"backoffLimit": 3})
+
+
+def tf_job(name: str, *, run: str = "4s") -> dict[str, Any]:
+    """A TfJob whose Chief and 2 Workers end with 0 after ``run``."""
+    return job("TfJob", name, {
+        "Chief": replica("TfJob", exit_code=0, run=run),
+        "Worker": replica("TfJob", 2, exit_code=0, run=run),
+    })
+
+
+@dataclass(frozen=True)
+class StormMix:
+    """What a SIGKILL storm creates: ``mx`` MxJobs (every ``failing_every``-th one's Worker
+    fails every time, recreated ``backoff`` times), ``caffe2`` Caffe2Jobs of 2-8 shards (every
+    ``caffe2_failing_every``-th one has a shard that fails once: all restart together) and
+    ``tf`` TfJobs, interleaved."""
+
+    mx: int
+    caffe2: int = 0
+    tf: int = 0
+    failing_every: int = 0
+    backoff: int = 2
+    caffe2_failing_every: int = 2
+
+    @property
+    def jobs(self) -> int:
+        return self.mx + self.caffe2 + self.tf
+
+    def title(self, kills: int) -> str:
+        if not self.caffe2 and not self.tf:
+            return f"SIGKILL storm ({self.mx} jobs, {kills} kills)"
+        kinds = ", ".join(f"{n} {k}s" for n, k in ((self.mx, "MxJob"), (self.caffe2, "Caffe2Job"),
+                                                    (self.tf, "TfJob")) if n)
+        return f"SIGKILL storm ({self.jobs} jobs: {kinds}; {kills} kills)"
+
+    def manifests(self, rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, str],
+                                                      set[str]]:
+        """The manifests (interleaved by kind), ``Kind/name`` -> the end each must reach,
+        and the pod names that fail once (one shard of each failing Caffe2Job)."""
+        mx, c2, tf, fail_once = [], [], [], set()
+        expect = {}
+        for i in range(self.mx):
+            failing = bool(self.failing_every) and i % self.failing_every == 0
+            mx.append(failing_job(f"s{i}", self.backoff) if failing else storm_job(f"s{i}"))
+            expect[f"MxJob/s{i}"] = "Failed" if failing else "Succeeded"
+        for i in range(self.caffe2):
+            shards = 2 + i % 7
+            c2.append(caffe2_job(f"c{i}", shards))
+            expect[f"Caffe2Job/c{i}"] = "Succeeded"
+            if self.caffe2_failing_every and i % self.caffe2_failing_every == 0:
+                fail_once.add(f"c{i}-worker-{rng.randrange(shards)}")
+        for i in range(self.tf):
+            tf.append(tf_job(f"t{i}"))
+            expect[f"TfJob/t{i}"] = "Succeeded"
+        mixed = [m for group in itertools.zip_longest(mx, c2, tf) for m in group if m]
+        return mixed, expect, fail_once
+
+
 def _tracebacks(operators: list[Operator]) -> list[str]:
     return [f"{op.name}: {r.get('msg')} {r.get('exception', '')}"[:400]
             for op in operators for r in op.records()
@@ -55,14 +126,17 @@ def _tracebacks(operators: list[Operator]) -> list[str]:
 
 
 def _finish(env: ChaosEnv, figures: Figures, watch: StatusWatch, names: list[str],
-            budget: float, audit0: int) -> float:
+            budget: float, audit0: int, pods: PodWatch | None = None) -> float:
     """Wait for the jobs, then fill in the figures; returns when (wall clock) all ended."""
     figures.jobs = len(names)
     figures.lost = wait_finished(watch, names, budget, env.operators.started[-1:])
     figures.finished = len(names) - len(figures.lost)
     finished_at = time.time()
     figures.orphans = find_orphans(env.ns, ("MxJob", "TfJob", "Caffe2Job"))
-    audit_figures(figures, env.plane, env.ns.name, audit0)
+    if pods is not None:
+        time.sleep(1.0)  # the pod watch catches up with the last deletes
+    audit_figures(figures, env.plane, env.ns.name, audit0,
+                  pods.attempts_by_name() if pods is not None else None)
     figures.statuses_seen = watch.seen
     figures.double_true = list(watch.double_true)
     figures.finished_flips = list(watch.finished_flips)
@@ -73,18 +147,22 @@ def _finish(env: ChaosEnv, figures: Figures, watch: StatusWatch, names: list[str
     return finished_at
 
 
-def sigkill_storm(env: ChaosEnv, *, jobs: int, kills: int, budget: float,
-                  failing_every: int = 0, backoff: int = 2, seed: int = 15) -> Figures:
-    """``jobs`` jobs created at once while the operator is SIGKILLed ``kills`` times (1-3 s
-    apart, restarted at once); every ``failing_every``-th job's Worker fails and is
-    recreated ``backoff`` times. Recovery: kill to the new operator's /readyz."""
+def sigkill_storm(env: ChaosEnv, mix: StormMix, *, kills: int, budget: float,
+                  seed: int = 15) -> Figures:
+    """``mix``'s jobs created at once while the operator is SIGKILLed ``kills`` times (1-3 s
+    apart, restarted at once). Besides the audit log's figures, a pod watch counts per kind
+    the attempts alive at once and the pods created twice within one attempt, and every job
+    must end as its spec says (a failing MxJob Failed, every other job Succeeded). Recovery:
+    kill to the new operator's /readyz."""
     rng = random.Random(seed)
-    figures = Figures(f"SIGKILL storm ({jobs} jobs, {kills} kills)")
+    figures = Figures(mix.title(kills))
     audit0 = env.plane.audit_offset()
-    with timed(figures), StatusWatch(env.plane, env.ns.name, ("MxJob",)) as watch:
+    manifests, expect, fail_once = mix.manifests(rng)
+    kinds = sorted({m["kind"] for m in manifests})
+    with timed(figures), StatusWatch(env.plane, env.ns.name, kinds) as watch, \
+            FailOnce(env.plane, env.ns.name, fail_once) as failer, \
+            PodWatch(env.plane, env.ns.name, on_pod=failer.consider) as pods:
         op = env.operators.start("--log-level", "info")
-        manifests = [failing_job(f"s{i}", backoff) if failing_every and i % failing_every == 0
-                     else storm_job(f"s{i}") for i in range(jobs)]
         names = create_all(env.ns, manifests)
         ready: list[float] = []
         for _ in range(kills):
@@ -97,10 +175,41 @@ def sigkill_storm(env: ChaosEnv, *, jobs: int, kills: int, budget: float,
         if ready:
             figures.recovery_s["kill to ready, median"] = sorted(ready)[len(ready) // 2]
             figures.recovery_s["kill to ready, max"] = max(ready)
-        t_last = time.monotonic()
-        _finish(env, figures, watch, names, budget, audit0)
-        figures.recovery_s["last kill to all finished"] = time.monotonic() - t_last
+        t_last = time.time()
+        finished_at = _finish(env, figures, watch, names, budget, audit0, pods)
+        figures.recovery_s["last kill to all finished"] = finished_at - t_last
+        _kind_figures(figures, pods, env, audit0, fail_once, failer)
+        ended = watch.finished()
+        wrong = [f"{key} {ended[key]} (expected {want})" for key, want in expect.items()
+                 if key in ended and ended[key] != want]
+        figures.lost += wrong
+        figures.finished -= len(wrong)
     return figures
+
+
+def _kind_figures(figures: Figures, pods: PodWatch, env: ChaosEnv, audit0: int,
+                  fail_once: set[str], failer: FailOnce) -> None:
+    """Per kind, from the pod watch and the audit log: jobs, pods, attempts, overlaps,
+    recreations within an attempt, duplicates."""
+    kind_of = pods.kind_of()
+    histories = pod_histories(env.plane.audit_events(audit0), env.ns.name)
+    per_kind = {kind: kf.to_json() for kind, kf in pods.figures().items()}
+    attempts = pods.attempts_by_name()
+    for name, history in histories.items():
+        kind = kind_of.get(name, "unknown")
+        entry = per_kind.setdefault(kind, {})
+        dup = max(0, history.creates() - attempts[name]) if name in attempts else \
+            history.duplicates()
+        entry["duplicates"] = entry.get("duplicates", 0) + dup
+    figures.per_kind = per_kind
+    if fail_once:
+        ended = pods.ended_in_attempt("0", fail_once)
+        figures.extra["fail_once"] = {
+            "chosen": len(fail_once), "patched": len(failer.failed),
+            "failed": sum(1 for phase in ended.values() if phase == "Failed"),
+            "not_failed": sorted(n for n in fail_once if ended.get(n) != "Failed")[:10],
+            "patch_errors": failer.errors[:5]}
+    figures.extra["pod_watch_relists"] = pods.relists
 
 
 def component_outage(env: ChaosEnv, component: str, *, jobs: int, down: float,
@@ -138,14 +247,23 @@ def component_outage(env: ChaosEnv, component: str, *, jobs: int, down: float,
     return figures
 
 
+#: The leader election the leader scenario runs with (seconds): the standby takes the lease
+#: once it is LEASE past the dead leader's last renewal, trying every RETRY.
+LEASE, RENEW, RETRY = 4.0, 3.0, 1.0
+
+
 def leader_kill(env: ChaosEnv, *, jobs: int, budget: float) -> Figures:
     """Two operators with leader election; the leader is SIGKILLed halfway through a burst of
-    ``jobs`` creates. Recovery: kill to the standby's "became leader" (lease 4 s)."""
-    figures = Figures(f"leader SIGKILL during a burst ({jobs} jobs, lease 4 s)")
+    ``jobs`` creates. Recovery: kill to the standby taking the Lease (its acquireTime, written
+    by the standby as it decides: no log or poll latency), and kill to its "became leader"
+    log line. ``extra['lease']``: the dead leader's last renewTime and the standby's
+    acquireTime (epoch seconds), so a test can hold the election's own bounds."""
+    figures = Figures(f"leader SIGKILL during a burst ({jobs} jobs, lease {LEASE:g} s)")
     audit0 = env.plane.audit_offset()
     args = ("--leader-elect", "--leader-election-namespace", env.ns.name,
-            "--leader-election-id", "chaos-leader", "--lease-duration", "4",
-            "--renew-deadline", "3", "--retry-period", "1", "--log-level", "info")
+            "--leader-election-id", "chaos-leader", "--lease-duration", f"{LEASE:g}",
+            "--renew-deadline", f"{RENEW:g}", "--retry-period", f"{RETRY:g}",
+            "--log-level", "info")
     with timed(figures), StatusWatch(env.plane, env.ns.name, ("MxJob",)) as watch:
         a = env.operators.start(*args, name="a")
         a.wait_logged("became leader")
@@ -154,12 +272,35 @@ def leader_kill(env: ChaosEnv, *, jobs: int, budget: float) -> Figures:
         names = create_all(env.ns, [storm_job(f"l{i}") for i in range(half)])
         a.kill()
         killed = time.monotonic()
+        killed_wall = time.time()
+        # A renewal a sent just before it died has landed by now; the lease has not expired.
+        time.sleep(0.5)
+        dead = _lease(env)
         names += create_all(env.ns, [storm_job(f"l{i}") for i in range(half, jobs)])
         b.wait_logged("became leader", timeout=60)
         figures.recovery_s["leader kill to standby leading"] = time.monotonic() - killed
+        taken = _lease(env)
+        if taken.get("holderIdentity") == dead.get("holderIdentity"):
+            figures.lost.append(f"the lease still names the dead leader: {taken}")
+        acquired = epoch_of(str(taken.get("acquireTime", ""))) or 0.0
+        renewed = epoch_of(str(dead.get("renewTime", ""))) or 0.0
+        figures.recovery_s["leader kill to lease taken"] = acquired - killed_wall
+        figures.extra["lease"] = {"killed": killed_wall, "last_renew": renewed,
+                                  "acquired": acquired, "dead": dead, "taken": taken}
         figures.faults = 1
         _finish(env, figures, watch, names, budget, audit0)
     return figures
+
+
+def _lease(env: ChaosEnv) -> dict[str, Any]:
+    """The spec of the scenario's Lease."""
+    resp = env.plane.api().request(
+        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{env.ns.name}/leases/chaos-leader",
+        timeout=10)
+    if resp.status != 200:
+        raise AssertionError(f"GET the lease: {resp.status} {resp.body[:300]!r}")
+    spec: dict[str, Any] = resp.json().get("spec") or {}
+    return spec
 
 
 def ownership_conflicts(env: ChaosEnv, *, rounds: int, budget: float) -> Figures:

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from tests.chaos.harness import ChaosEnv, Figures
+from tests.chaos.harness import ChaosEnv, Figures, StatusWatch, audit_figures, find_orphans
 from tests.chaos.hostile import Outcomes, hostile_job, wait_outcomes
+from tests.chaos.podwatch import PodWatch
 from tests.chaos.scenarios import TRACEBACK, storm_job
 from tests.integration.operator_helpers import Operator
 
@@ -35,8 +36,12 @@ MAX_REPLICAS = "40"
 class HostileRun:
     """The state of one test across hypothesis examples (batches)."""
 
-    def __init__(self, env: ChaosEnv, scenario: str) -> None:
+    def __init__(self, env: ChaosEnv, scenario: str, watch: StatusWatch,
+                 pods: PodWatch) -> None:
         self.env = env
+        self.watch = watch
+        self.pods = pods
+        self.audit0 = env.plane.audit_offset()
         self.api = env.plane.api()
         self.outcomes = Outcomes()
         self.figures = Figures(scenario)
@@ -133,29 +138,45 @@ class HostileRun:
                        operator_error_records=len(errors))
         f.notes.append(f"{f.jobs} specs: {self.outcomes.refused} refused by the API server, "
                        f"{f.finished - self.outcomes.ran} ended with a reason "
-                       f"{self.outcomes.reasons}, {self.outcomes.ran} ran; operator crashes 0, "
+                       f"{self.outcomes.reasons}, {self.outcomes.ran} ran; operator exits "
+                       f"{int(op.proc.poll() is not None)}, "
                        f"tracebacks {len(bad)}; sentinel succeeded after each of "
                        f"{self.batches} batches")
         if bad:
             f.lost.append(f"operator tracebacks: {bad[:3]}")
+        if op.proc.poll() is not None:
+            f.lost.append(f"the operator exited {op.proc.returncode}")
+        # Measured as in the other scenarios: every batch's jobs were deleted, so the
+        # garbage collector must have taken their pods and Services (a longer settle: it
+        # has a batch of 100 jobs' objects to delete).
+        f.orphans = find_orphans(self.env.ns, ("MxJob", "TfJob", "Caffe2Job"), settle=90)
+        audit_figures(f, self.env.plane, self.env.ns.name, self.audit0,
+                      self.pods.attempts_by_name())
+        f.statuses_seen = self.watch.seen
+        f.double_true = list(self.watch.double_true)
+        f.finished_flips = list(self.watch.finished_flips)
         return f
 
 
 def run_hostile(env: ChaosEnv, specs: int, batch: int, scenario: str) -> Figures:
-    """``specs`` hostile specs, a batch ended (outcomes, sentinel) every ``batch`` of them."""
-    run = HostileRun(env, scenario)
+    """``specs`` hostile specs, a batch ended (outcomes, sentinel) every ``batch`` of them;
+    a status watch on every kind throughout (two exclusive conditions True, finished flips)
+    and a pod watch (the attempts of Caffe2Jobs' pods, for their duplicates)."""
+    with StatusWatch(env.plane, env.ns.name) as watch, \
+            PodWatch(env.plane, env.ns.name) as pods:
+        run = HostileRun(env, scenario, watch, pods)
 
-    @settings(max_examples=specs, **SETTINGS)  # type: ignore[arg-type]
-    @given(hostile_job())
-    def one_spec(manifest: dict[str, Any]) -> None:
-        run.add(manifest)
-        if run.posted % batch == 0:
+        @settings(max_examples=specs, **SETTINGS)  # type: ignore[arg-type]
+        @given(hostile_job())
+        def one_spec(manifest: dict[str, Any]) -> None:
+            run.add(manifest)
+            if run.posted % batch == 0:
+                run.flush()
+
+        one_spec()
+        if run.created or run.posted % batch:
             run.flush()
-
-    one_spec()
-    if run.created or run.posted % batch:
-        run.flush()
-    figures = env.record(run.finish())
+        figures = env.record(run.finish())
     return figures
 
 

@@ -1,6 +1,7 @@
 """Operator SIGKILLs: pods recreated under kills are created once per failure (issue 15.8: the
 fake kubelet used to delete the operator's recreated pods), and a storm of kills loses no job,
-duplicates no pod and leaves no orphan."""
+duplicates no pod and leaves no orphan; a Caffe2Job's attempts never overlap and no shard is
+created twice within one attempt (issue 29)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.harness import ChaosEnv
-from tests.chaos.scenarios import sigkill_storm
+from tests.chaos.harness import ChaosEnv, Figures
+from tests.chaos.scenarios import StormMix, sigkill_storm
 from tests.integration.operator_helpers import condition, job, replica, wait_for
 from trainjobs.testing import pod_histories
 
@@ -22,21 +23,40 @@ pytestmark = pytest.mark.integration
 def test_pods_recreated_under_operator_kills_are_created_once_per_failure(
     chaos_env: ChaosEnv,
 ) -> None:
-    figures = chaos_env.record(sigkill_storm(
-        chaos_env, jobs=8, kills=5, budget=90, failing_every=2, backoff=3))
+    """8 MxJobs (4 with a Worker that fails every time), 3 Caffe2Jobs whose shard fails once
+    (every shard restarts together as attempt 1) and a TfJob, under 5 operator SIGKILLs."""
+    mix = StormMix(mx=8, caffe2=3, tf=1, failing_every=2, backoff=3, caffe2_failing_every=1)
+    figures = chaos_env.record(sigkill_storm(chaos_env, mix, kills=5, budget=120))
     assert figures.problems() == []
     # The scenario did exercise recreation: 4 failing jobs, each Worker failing 4 times.
     assert figures.failures_recreated >= 4 * 3, figures
     assert figures.max_creates_per_pod_name == 4, figures
+    _assert_restarted_together(figures, 3)
+
+
+def _assert_restarted_together(figures: Figures, failing: int) -> None:
+    """Caffe2Jobs whose shard failed once restarted together, and the pod watch saw their
+    attempts (so their 0 overlaps and 0 recreations were measured, not assumed). A chosen
+    shard may not fail: an operator killed while creating its attempt 0 leaves that attempt
+    for a fresh one (the job restarts together all the same)."""
+    caffe2 = figures.per_kind["Caffe2Job"]
+    fail_once = figures.extra["fail_once"]
+    assert fail_once["chosen"] == failing, fail_once
+    assert fail_once["failed"] >= (failing + 1) // 2, fail_once
+    assert caffe2["jobs_restarted_together"] >= fail_once["failed"], caffe2
+    assert caffe2["attempt_overlaps"] == caffe2["recreated_in_attempt"] == 0, caffe2
+    assert figures.per_kind["MxJob"]["attempt_overlaps"] is None, figures.per_kind
 
 
 @pytest.mark.chaos
 @pytest.mark.timeout(900)
 def test_sigkill_storm_200_jobs_20_kills(chaos_env: ChaosEnv) -> None:
-    figures = chaos_env.record(sigkill_storm(
-        chaos_env, jobs=200, kills=20, budget=400, failing_every=10, backoff=2))
+    mix = StormMix(mx=80, caffe2=80, tf=40, failing_every=10, backoff=2,
+                   caffe2_failing_every=2)
+    figures = chaos_env.record(sigkill_storm(chaos_env, mix, kills=20, budget=400))
     assert figures.problems() == []
     assert figures.finished == 200
+    _assert_restarted_together(figures, 40)
 
 
 def test_a_failed_pod_whose_removal_stalls_is_deleted_again(chaos_env: ChaosEnv) -> None:
