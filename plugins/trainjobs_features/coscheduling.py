@@ -22,7 +22,11 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
 def _spec(job: Job, config: GangConfig) -> dict[str, Any]:
-    timeout = config.schedule_timeout_seconds
+    """The job's `schedulingPolicy.scheduleTimeoutSeconds` (Kubeflow's field), else the
+    operator's `gangScheduling.scheduleTimeoutSeconds`, else none (the scheduler's default)."""
+    policy = job.spec.run_policy.scheduling_policy
+    timeout = (policy.schedule_timeout_seconds if policy is not None else None) or \
+        config.schedule_timeout_seconds
     return {} if timeout is None else {"scheduleTimeoutSeconds": timeout}
 
 

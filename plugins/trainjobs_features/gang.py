@@ -7,12 +7,14 @@ Gang scheduling is off unless the operator's controller config (or `trainjobs op
       scheduler: volcano            # none (default) | coscheduling | volcano
       schedulerName: volcano        # the pods' schedulerName; default per scheduler
       scheduleTimeoutSeconds: 60    # coscheduling only: the PodGroup's scheduleTimeoutSeconds
+                                  # (a job's schedulingPolicy.scheduleTimeoutSeconds wins)
 
 This module is a plugin too, for one check whatever the scheduler (`trainjobs_validate`).
 Each scheduler is its own plugin (`coscheduling.py`, `volcano.py`) acting only when chosen;
 both give the job one PodGroup named like the job, with `minMember` (`min_member`) and
-`minResources` (`min_resources`), and mark every pod as a member. Only the Kubernetes backend
-gang-schedules: `trainjobs run` starts every replica at once anyway.
+`minResources` (`schedulingPolicy.minResources` when the job sets it, as Kubeflow's
+training-operator does, else `min_resources`), and mark every pod as a member. Only the
+Kubernetes backend gang-schedules: `trainjobs run` starts every replica at once anyway.
 """
 
 from __future__ import annotations
@@ -135,7 +137,12 @@ class GangPlugin:
             return None
         members = min_member(job)
         spec: dict[str, Any] = {"minMember": members, **self.spec(job, config)}
-        resources = min_resources(job, members)
+        policy = job.spec.run_policy.scheduling_policy
+        # schedulingPolicy.minResources as written (Kubeflow's field; quantities as strings,
+        # as a ResourceList serialises), else computed.
+        resources = {k: str(v) for k, v in policy.min_resources.items()} \
+            if policy is not None and policy.min_resources is not None \
+            else min_resources(job, members)
         if resources:
             spec["minResources"] = resources
         return [{"apiVersion": self.api_version, "kind": "PodGroup",

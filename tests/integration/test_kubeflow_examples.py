@@ -325,3 +325,24 @@ def test_lowercase_replica_keys_run_as_training_operators_defaulting(
     doc["spec"]["tfReplicaSpecs"] = both
     refused = ns.kubectl("apply", "-f", "-", input=json.dumps(doc), check=False)
     assert refused.returncode != 0 and "name the same replica" in refused.stderr, refused.stderr
+
+
+def test_scheduling_policy_as_kubeflow_has_it_is_kept(
+        cluster: tuple[dict[str, Namespace], Operators]) -> None:
+    """Kubeflow's five schedulingPolicy fields, applied strictly, are stored as written
+    (nothing refused or pruned); the gang plugins use them (test_gang_scheduling)."""
+    spaces, _ = cluster
+    ns = spaces[SERVED[0]]
+    [doc] = read_documents(FIXTURES / "tfjob-v1-dist_mnist.yaml")
+    doc["metadata"]["name"] = "sched"
+    policy = {"minAvailable": 3, "queue": "team-a", "priorityClass": "high",
+              "minResources": {"cpu": 4, "memory": "8Gi", "nvidia.com/gpu": "2"},
+              "scheduleTimeoutSeconds": 120}
+    doc["spec"]["runPolicy"] = {"schedulingPolicy": policy}
+    stored = ns.apply(doc)
+    assert stored["spec"]["runPolicy"]["schedulingPolicy"] == policy
+    doc["metadata"]["name"] = "badsched"
+    doc["spec"]["runPolicy"] = {"schedulingPolicy": {"minResources": {"cpu": "lots"}}}
+    refused = ns.kubectl("apply", "-f", "-", input=json.dumps(doc), check=False)
+    assert refused.returncode != 0 and "minResources" in refused.stderr, refused.stderr
+    ns.kubectl("delete", "tfjobs.kubeflow.org", "sched", "--wait=false")

@@ -131,7 +131,8 @@ def _tfjob_v1(**spec: Any) -> dict[str, Any]:
 
 def test_kubeflow_v1_run_policy_and_notes() -> None:
     doc = _tfjob_v1(runPolicy={"backoffLimit": 2, "suspend": True, "schedulingPolicy": {
-        "minAvailable": 2, "queue": "q", "scheduleTimeoutSeconds": 5}}, enableDynamicWorker=True,
+        "minAvailable": 2, "queue": "q", "scheduleTimeoutSeconds": 5,
+        "minResources": {"cpu": 4, "memory": "8Gi"}}}, enableDynamicWorker=True,
         successPolicy="AllWorkers")
     doc["spec"]["tfReplicaSpecs"]["worker"] = doc["spec"]["tfReplicaSpecs"].pop("Worker")
     doc["spec"]["tfReplicaSpecs"]["worker"]["template"]["spec"]["restartPolicy"] = "Always"
@@ -140,13 +141,16 @@ def test_kubeflow_v1_run_policy_and_notes() -> None:
     out, notes = convert_document(doc)
     assert out["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "backoffLimit": 2,
                                         "suspend": True,
-                                        "schedulingPolicy": {"minAvailable": 2, "queue": "q"}}
+                                        "schedulingPolicy": {
+                                            "minAvailable": 2, "queue": "q",
+                                            "scheduleTimeoutSeconds": 5,
+                                            "minResources": {"cpu": 4, "memory": "8Gi"}}}
     assert out["spec"]["successPolicy"] == "AllWorkers"
     assert list(out["spec"]["replicaSpecs"]) == ["Worker"]
     assert "restartPolicy" not in out["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]
     assert out["metadata"] == {"name": "j"} and "status" not in out
     dropped = {n.path for n in notes if n.kind is NoteKind.DROPPED}
-    assert {"spec.enableDynamicWorker", "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
+    assert {"spec.enableDynamicWorker",
             "spec.tfReplicaSpecs.worker.template.spec.restartPolicy", "status",
             "metadata.uid", "metadata.resourceVersion"} <= dropped
     split_jobs([out], PLUGINS)  # valid

@@ -17,7 +17,7 @@ from trainjobs_features.gang import (
 )
 
 from tests.unit.helpers import PLUGINS, container, errors_of, mxjob, parse, render, tfjob
-from trainjobs.errors import PluginError
+from trainjobs.errors import PluginError, SpecInvalid
 from trainjobs.plugin import ObjectStatus, OwnedResource
 
 VOLCANO = {"gangScheduling": {"scheduler": "volcano"}}
@@ -95,6 +95,25 @@ def test_coscheduling_pod_group_and_pods() -> None:
         assert pod["metadata"]["labels"][coscheduling.POD_GROUP_LABEL] == "mx"
         assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
         assert volcano.GROUP_NAME_ANNOTATION not in pod["metadata"].get("annotations", {})
+
+
+def test_scheduling_policy_min_resources_and_timeout_as_kubeflow() -> None:
+    """Kubeflow's schedulingPolicy.minResources is the PodGroup's (both schedulers), and its
+    scheduleTimeoutSeconds Coscheduling's, over the operator's config (training-operator's
+    ReconcileJobs); Volcano's PodGroup has no timeout."""
+    doc = _sized_mxjob()
+    doc["spec"]["runPolicy"] = {"schedulingPolicy": {
+        "minResources": {"cpu": 3, "memory": "6Gi", "nvidia.com/gpu": "2"},
+        "scheduleTimeoutSeconds": 120}}
+    (group,) = render(doc, controller_config=COSCHEDULING).extras
+    assert group["spec"] == {"minMember": 6, "scheduleTimeoutSeconds": 120, "minResources": {
+        "cpu": "3", "memory": "6Gi", "nvidia.com/gpu": "2"}}
+    (group,) = render(doc, controller_config=VOLCANO).extras
+    assert group["spec"]["minResources"] == {"cpu": "3", "memory": "6Gi", "nvidia.com/gpu": "2"}
+    assert "scheduleTimeoutSeconds" not in group["spec"]
+    doc["spec"]["runPolicy"] = {"schedulingPolicy": {"minResources": {"cpu": "lots"}}}
+    with pytest.raises(SpecInvalid, match=r"minResources\.cpu"):
+        render(doc, controller_config=VOLCANO)
 
 
 def test_a_template_that_names_its_scheduler_keeps_it() -> None:

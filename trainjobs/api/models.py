@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -120,12 +120,30 @@ class ReplicaSpec(SpecModel):
     )
 
 
+# A resource quantity as Kubernetes writes it (`4`, `500m`, `8Gi`): int or string, the
+# string with apimachinery's pattern; in the CRD, int-or-string.
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+Quantity = Annotated[
+    StrictInt | Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)],
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN,
+                    "anyOf": [{"type": "integer"}, {"type": "string"}]}),
+]
+
+
 class SchedulingPolicy(SpecModel):
-    """Gang scheduling settings (a PodGroup for batch schedulers)."""
+    """Gang scheduling settings (a PodGroup for batch schedulers), Kubeflow's fields."""
 
     min_available: int | None = Field(default=None, ge=1, le=MAX_REPLICAS, strict=True)
     queue: str | None = None
     priority_class: str | None = None
+    min_resources: dict[str, Quantity] | None = Field(
+        default=None, description="The PodGroup's minResources (Volcano, Coscheduling), "
+                                  "instead of what the first minAvailable pods request.")
+    schedule_timeout_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_DURATION_SECONDS, strict=True,
+        description="Coscheduling: the PodGroup's scheduleTimeoutSeconds, instead of the "
+                    "operator's gangScheduling.scheduleTimeoutSeconds (Volcano has none).")
 
 
 class RunPolicy(SpecModel):

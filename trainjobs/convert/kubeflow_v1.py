@@ -24,7 +24,8 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 RUN_POLICY_FIELDS = ("cleanPodPolicy", "backoffLimit", "activeDeadlineSeconds",
                      "ttlSecondsAfterFinished", "suspend", "schedulingPolicy")
-SCHEDULING_FIELDS = ("minAvailable", "queue", "priorityClass")
+SCHEDULING_FIELDS = ("minAvailable", "queue", "priorityClass", "minResources",
+                     "scheduleTimeoutSeconds")
 REPLICA_RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 MX_TUNE_TYPES = ("TunerTracker", "TunerServer", "Tuner")
 
@@ -70,9 +71,8 @@ def _run_policy(raw: dict[str, Any], conv: Conversion) -> dict[str, Any]:
     scheduling = policy.get("schedulingPolicy")
     if isinstance(scheduling, dict):
         for key in sorted(set(scheduling) - set(SCHEDULING_FIELDS)):
-            del scheduling[key]
-            conv.dropped(f"spec.runPolicy.schedulingPolicy.{key}",
-                         "trainjobs passes minAvailable, queue and priorityClass only")
+            conv.refuse(f"spec.runPolicy.schedulingPolicy.{key}", "unknown schedulingPolicy "
+                        f"field (Kubeflow's are {', '.join(SCHEDULING_FIELDS)})")
     for key in sorted(set(policy) - set(RUN_POLICY_FIELDS)):
         conv.refuse(f"spec.runPolicy.{key}", "unknown runPolicy field")
     return {k: policy[k] for k in RUN_POLICY_FIELDS if k in policy}
