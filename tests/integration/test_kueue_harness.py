@@ -9,8 +9,9 @@ flavor's node label and bound to the labelled KWOK node), the other stays suspen
 pod and Kueue's "insufficient unused quota" in its Workload's QuotaReserved condition, and is
 admitted and runs once the first has finished.
 
-And Kueue's own ``kubeflow.org/tfjob`` integration, enabled by restarting Kueue
-(``kueue.configured``), handles a Kubeflow TFJob on trainjobs' CRD up to its admission.
+And the two restarts with other options later scenarios need (``kueue.configured``): Kueue's
+own ``kubeflow.org/tfjob`` integration handles a Kubeflow TFJob on trainjobs' CRD up to its
+admission; a 5 s ``waitForPodsReady`` evicts and requeues a Job whose pod cannot run.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from trainjobs.testing import (
     ClusterOptions,
     ControlPlane,
     Kueue,
+    WaitForPodsReady,
     condition_true,
     create_cluster_queue,
     create_local_queue,
@@ -223,11 +225,42 @@ def test_kueue_tfjob_integration_on_the_kubeflow_crd(
             and j, "Kueue to unsuspend the TFJob")
         template = got["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
         assert template["nodeSelector"] == {POOL_LABEL: queue.value}
-        # Deleted while Kueue's tfjob controller runs, which releases the Workload (its
-        # finalizer) for the garbage collector.
+        # Deleted while Kueue's tfjob controller runs, which takes its finalizer off the
+        # Workload (jobframework's finalizeWorkloads); the garbage collector deletes it later
+        # (it learns new CRDs' resources on its 30 s discovery resync).
         kube_cluster.kubectl("delete", "tfjobs.kubeflow.org", "tf", "-n", queue.namespace,
                              "--wait=true", timeout=60)
-        wait_for(lambda: workloads_owned_by(kube_cluster, queue.namespace,
-                                            tfjob["metadata"]["uid"]) == [],
-                 "the TFJob's Workload to be deleted", timeout=60)
+        wait_for(lambda: all(not wl["metadata"].get("finalizers")
+                             for wl in workloads_owned_by(kube_cluster, queue.namespace,
+                                                          tfjob["metadata"]["uid"])),
+                 "Kueue to release the TFJob's Workload", timeout=60)
     assert kueue.options.frameworks == ("batch/job",)
+
+
+def test_kueue_wait_for_pods_ready_per_start(kube_cluster: ControlPlane, kueue: Kueue,
+                                             queue: Queue) -> None:
+    """Kueue restarted with a 5 s ``waitForPodsReady`` (scenario f's setting) evicts an
+    admitted Job whose pod cannot be scheduled (a nodeSelector no node has), suspends it
+    again and requeues it; its default (30 min) is back after the block."""
+    pods_ready = WaitForPodsReady(timeout="5s", requeuing_backoff_base_seconds=1)
+    with kueue.configured(kueue.with_options(wait_for_pods_ready=pods_ready)):
+        stuck = batch_job("stuck", queue.namespace, queue.local, "1", "1s")
+        stuck["spec"]["template"]["spec"]["nodeSelector"] = {f"{POOL_LABEL}-none": "x"}
+        job = create(kube_cluster, stuck)
+        uid = job["metadata"]["uid"]
+        wait_for_workload(kube_cluster, queue.namespace, uid, admitted,
+                          "the Job's Workload to be admitted")
+        evicted = wait_for_workload(
+            kube_cluster, queue.namespace, uid,
+            lambda wl: (c := workload_condition(wl, "Evicted")) is not None and c.true
+            and c.reason == "PodsReadyTimeout",
+            "Kueue to evict the Workload for PodsReadyTimeout", timeout=60)
+        assert not condition_true(evicted, "PodsReady")
+        # Requeued and admitted again after the 1 s back-off (requeueState counts it).
+        again = wait_for_workload(
+            kube_cluster, queue.namespace, uid,
+            lambda wl: admitted(wl)
+            and ((wl["status"].get("requeueState") or {}).get("count") or 0) >= 1,
+            "the Workload to be requeued and admitted again", timeout=60)
+        assert again["status"]["requeueState"]["count"] >= 1
+    assert kueue.options.wait_for_pods_ready is None
