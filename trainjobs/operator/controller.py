@@ -674,12 +674,19 @@ class Controller:
 
 
 def _replicas_forgotten(old: JobStatus, new: JobStatus) -> bool:
-    """Whether `new` counts a lost replica or stops counting an index as started: written at
-    once, before the plan's deletes, or a pod the operator deleted would look lost later."""
+    """Whether `new` counts a lost replica or stops counting an index as started without it
+    having succeeded: written at once, before the plan's deletes, or a pod the operator
+    deleted would look lost later. An index that moves from started to completed is a count
+    change like any other (its pod is not deleted): it waits for the coalescing, so Workers
+    ending together cost one write."""
     for rtype, before in old.replica_statuses.items():
         after = new.replica_statuses.get(rtype)
-        if after is None or after.lost != before.lost or \
-                parse_indexes(before.started_indexes) - parse_indexes(after.started_indexes):
+        if after is None or after.lost != before.lost:
+            return True
+        if before.started_indexes == after.started_indexes:
+            continue
+        left = parse_indexes(before.started_indexes) - parse_indexes(after.started_indexes)
+        if left - parse_indexes(after.completed_indexes):
             return True
     return False
 
