@@ -22,23 +22,23 @@ class FakeClock:
 
 def test_back_off_doubles_per_job_up_to_the_maximum() -> None:
     clock = FakeClock()
-    gate = CreateGate(base_delay=1.0, max_delay=8.0, clock=clock)
-    assert gate.wait("a") == 0.0 and gate.reason("a") == ""
-    assert [gate.refuse("a", "QuotaExceeded: x") for _ in range(5)] == [1, 2, 4, 8, 8]
-    assert gate.wait("a") == 8.0 and gate.reason("a") == "QuotaExceeded: x"
-    assert gate.wait("b") == 0.0  # one job's back-off never holds another
+    gate, other = (CreateGate(base_delay=1.0, max_delay=8.0, clock=clock) for _ in range(2))
+    assert gate.wait() == 0.0 and gate.reason == ""
+    assert [gate.refuse("QuotaExceeded: x") for _ in range(5)] == [1, 2, 4, 8, 8]
+    assert gate.wait() == 8.0 and gate.reason == "QuotaExceeded: x"
+    assert other.wait() == 0.0  # one job's back-off never holds another (a gate per job)
     clock.now += 5
-    assert gate.wait("a") == 3.0
+    assert gate.wait() == 3.0
     clock.now += 3
-    assert gate.wait("a") == 0.0
-    assert gate.reason("a") == "QuotaExceeded: x"  # still waiting until a create succeeds
-    assert gate.clear("a") and not gate.clear("a")
-    assert gate.refuse("a", "QuotaExceeded: y") == 1.0  # a new episode starts over
+    assert gate.wait() == 0.0
+    assert gate.reason == "QuotaExceeded: x"  # still waiting until a create succeeds
+    # A create that succeeds drops the job's gate; a new episode starts over.
+    assert CreateGate(base_delay=1.0, clock=clock).refuse("QuotaExceeded: y") == 1.0
 
 
 def test_retry_after_is_honoured() -> None:
     gate = CreateGate(base_delay=1.0, clock=FakeClock())
-    assert gate.refuse("a", "x", retry_after=30.0) == 30.0
+    assert gate.refuse("x", retry_after=30.0) == 30.0
 
 
 def _plan(w: World, refused: str) -> None:

@@ -16,7 +16,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from trainjobs.api.models import (
@@ -61,7 +60,9 @@ from trainjobs.operator.cache import (
     reduce_job,
     reduce_owned,
 )
+from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 from trainjobs.operator.events import EventRecorder
+from trainjobs.operator.memory import Expectations, JobMemory, Parsed
 from trainjobs.operator.workqueue import WorkQueue
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework
@@ -85,17 +86,6 @@ class ControllerSettings:
     # Most replicas one job may have in all (--max-replicas-per-job); at most the CRDs' own.
     max_replicas_per_job: int = DEFAULT_MAX_REPLICAS_PER_JOB
     planner: PlannerSettings = field(default_factory=PlannerSettings)
-
-
-@dataclass
-class _Parsed:
-    generation: int
-    uid: str
-    job: Job | None
-    desired: PackedRender | None
-    error: SpecInvalid | None = None
-    # The attempt `desired` was rendered for (kinds whose replicas restart together).
-    attempt: int = 0
 
 
 class NameConflict(Exception):
@@ -122,70 +112,20 @@ def state_change_line(job: Job, old: JobStatus, new: JobStatus, was: str | None 
     return f"{job.kind} {job.key}: {new.state} (was {before}){why}{summary}"
 
 
-class Expectations:
-    """Pods and Services we created or deleted that the caches have not shown yet."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self.creates: dict[str, dict[str, float]] = {}
-        self.deletes: dict[str, dict[str, float]] = {}
-
-    def expect_create(self, job: str, key: str) -> None:
-        self.creates.setdefault(job, {})[key] = time.monotonic() + self.timeout
-
-    def expect_delete(self, job: str, key: str) -> None:
-        self.deletes.setdefault(job, {})[key] = time.monotonic() + self.timeout
-
-    def seen(self, job: str, key: str, exists: bool) -> None:
-        book = self.creates if exists else self.deletes
-        pending = book.get(job)
-        if pending is not None:
-            pending.pop(key, None)
-            if not pending:
-                del book[job]
-
-    def pending(self, job: str) -> tuple[set[str], set[str]]:
-        now = time.monotonic()
-        out = []
-        for book in (self.creates, self.deletes):
-            entries = book.get(job, {})
-            for key in [k for k, until in entries.items() if until < now]:
-                del entries[key]
-            out.append(set(entries))
-        return out[0], out[1]
-
-    def deleting(self, job: str, key: str) -> bool:
-        """Whether we deleted `key` and the caches have not shown it gone yet."""
-        return key in self.deletes.get(job, {})
-
-    def forget(self, job: str) -> None:
-        self.creates.pop(job, None)
-        self.deletes.pop(job, None)
-
-
 class Controller:
     """Reconciles every job of every installed kind."""
 
-    def __init__(self, kube: Kube, plugins: PluginManager, settings: ControllerSettings) -> None:
+    def __init__(self, kube: Kube, plugins: PluginManager, settings: ControllerSettings,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.kube = kube
         self.plugins = plugins
         self.settings = settings
+        self.clock = clock
         self.queue = WorkQueue()
-        self.jobs: dict[str, JobEntry] = {}
+        # Everything remembered per job (job key -> JobMemory), forgotten whole when it goes.
+        self.memory: dict[str, JobMemory] = {}
         self.owned = OwnerIndex()
-        self.expectations = Expectations(settings.expectation_timeout)
         self.events = EventRecorder(kube)
-        self._parsed: dict[str, _Parsed] = {}
-        # When the first status change not yet written (one that may wait) was seen, per job.
-        self._status_pending: dict[str, float] = {}
-        self._logged_state: dict[str, str] = {}  # key -> state logged, not yet in the cache
-        # Per job: replica pods that went without our delete (name -> what they showed).
-        self._gone: dict[str, dict[str, GonePod]] = {}
-        # Per job whose replicas restart together: the attempt and the pods of it this
-        # operator decided to create (the planner's `owed`; an operator restart forgets them,
-        # so an attempt found half-created is not completed but replaced).
-        self._owed: dict[str, tuple[int, frozenset[str]]] = {}
-        self.create_gate = CreateGate()
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
         self._groups = frozenset(f.group for f in plugins.frameworks.values()) or JOB_GROUPS
@@ -219,26 +159,31 @@ class Controller:
         if entry is None:
             return  # (nothing cached changed)
         jkey = job_key(entry.kind, *key)
-        current = self.jobs.get(jkey)
+        mem = self.memory.get(jkey)
         if new is None:
-            if current is not None:
-                self._count_state(current, -1)
-            self.jobs.pop(jkey, None)
-            self._parsed.pop(jkey, None)
-            self._status_pending.pop(jkey, None)
-            self._logged_state.pop(jkey, None)
-            self._gone.pop(jkey, None)
-            self._owed.pop(jkey, None)
-            self.create_gate.clear(jkey)
-            self.expectations.forget(jkey)
+            self._forget(jkey)
             return
-        if current is not None and _older(new, current):
+        if mem is not None and _older(new, mem.entry):
             return  # our own status write is already newer than this event
-        if current is not None:
-            self._count_state(current, -1)
+        if mem is not None and mem.entry.uid != new.uid:
+            # Deleted and created again under the same name (a re-list saw only the new one):
+            # nothing of the old job (a quota's back-off, expectations) carries over.
+            self._forget(jkey)
+            mem = None
+        if mem is None:
+            mem = self.memory[jkey] = JobMemory(new, Expectations(
+                self.settings.expectation_timeout, self.clock.monotonic))
+        else:
+            self._count_state(mem.entry, -1)
         self._count_state(new, +1)
-        self.jobs[jkey] = new
+        mem.entry = new
         self.queue.add(jkey)
+
+    def _forget(self, key: str) -> None:
+        """The job is gone: drop everything remembered about it (one place, one object)."""
+        mem = self.memory.pop(key, None)
+        if mem is not None:
+            self._count_state(mem.entry, -1)
 
     def _count_state(self, entry: JobEntry, delta: int) -> None:
         state = str((entry.raw.get("status") or {}).get("state") or "Pending")
@@ -257,24 +202,15 @@ class Controller:
             # Labelled like ours but owned by no job of ours (`kubectl run --labels=...`, the
             # TensorBoard pod of a job deleted by TTL): not ours to track, nor an error.
             return
+        mem = self.memory.get(entry.job)
+        if mem is None:
+            return  # (its job is not cached yet, or gone: nothing of it to update)
         ref = f"{entry.kind}/{entry.name}"
         if new is None and old is not None and old.pod is not None and \
-                not self.expectations.deleting(entry.job, ref):
-            self._note_gone(entry.job, old)
-        self.expectations.seen(entry.job, ref, new is not None)
-        if entry.job in self.jobs:
-            self.queue.add(entry.job)
-
-    def _note_gone(self, job: str, entry: OwnedEntry) -> None:
-        """A replica pod went that this operator did not delete: keep what it last showed of
-        why (a DisruptionTarget condition) for the planner's ReplicaLost event. Only a hint:
-        whether it was lost the planner decides from the status."""
-        current = self.jobs.get(job)
-        if current is None or current.uid != entry.owner_uid or entry.pod is None:
-            return
-        cause = entry.pod.disruption or "deleted by someone other than the operator"
-        self._gone.setdefault(job, {})[entry.name] = GonePod(entry.pod.uid, cause,
-                                                             entry.pod.attempt)
+                not mem.expectations.deleting(ref):
+            _note_gone(mem, old)
+        mem.expectations.seen(ref, new is not None)
+        self.queue.add(entry.job)
 
     # Running ----------------------------------------------------------------------------
 
@@ -287,7 +223,8 @@ class Controller:
         tasks = [asyncio.create_task(i.run(), name=repr(i)) for i in self.informers]
         try:
             await asyncio.gather(*(i.synced.wait() for i in self.informers))
-            log.info("caches synced: %d jobs, %d informers", len(self.jobs), len(self.informers))
+            log.info("caches synced: %d jobs, %d informers", len(self.memory),
+                     len(self.informers))
             await self.queue.run(self._handle, self.settings.concurrency)
         finally:
             for task in tasks:
@@ -319,9 +256,9 @@ class Controller:
 
     # Reconcile --------------------------------------------------------------------------
 
-    async def _parse(self, key: str, entry: JobEntry) -> _Parsed:
+    async def _parse(self, key: str, mem: JobMemory) -> Parsed:
         """The validated job, cached per generation (validation is the costly part)."""
-        cached = self._parsed.get(key)
+        entry, cached = mem.entry, mem.parsed
         if cached is not None and cached.generation == entry.generation and \
                 cached.uid == entry.uid:
             return cached
@@ -331,13 +268,13 @@ class Controller:
             job = await _cpu(_replica_count(entry.raw) > OFFLOAD_REPLICAS, functools.partial(
                 parse_job, controller_config=self.settings.controller_config),
                 entry.raw, self.plugins, key, limit)
-            parsed = _Parsed(entry.generation, entry.uid, job, None)
+            parsed = Parsed(entry.generation, entry.uid, job, None)
         except SpecInvalid as exc:
-            parsed = _Parsed(entry.generation, entry.uid, None, None, exc)
-        self._parsed[key] = parsed
+            parsed = Parsed(entry.generation, entry.uid, None, None, exc)
+        mem.parsed = parsed
         return parsed
 
-    async def _desired(self, parsed: _Parsed, job: Job, finished: bool) -> RenderedJob:
+    async def _desired(self, parsed: Parsed, job: Job, finished: bool) -> RenderedJob:
         """The objects the job should own, rendered once per generation and kept packed.
 
         A finished job needs none: it only cleans up, so its rendering is dropped (5,000
@@ -356,13 +293,14 @@ class Controller:
         return parsed.desired.unpack()
 
     async def reconcile(self, key: str) -> None:
-        entry = self.jobs.get(key)
-        if entry is None:
+        mem = self.memory.get(key)
+        if mem is None:
             return
-        parsed = await self._parse(key, entry)
+        entry = mem.entry
+        parsed = await self._parse(key, mem)
         status = JobStatus.model_validate(entry.raw.get("status") or {})
         if parsed.job is None:
-            await self._fail_invalid(key, entry, status, parsed.error)
+            await self._fail_invalid(mem, key, entry, status, parsed.error)
             return
         deleted = entry.raw["metadata"].get("deletionTimestamp")
         job = parsed.job.model_copy(update={
@@ -373,52 +311,40 @@ class Controller:
         finished = status.state in ("Succeeded", "Failed")
         desired = await self._desired(parsed, job, finished)
         if finished:
-            self.create_gate.clear(key)  # it creates nothing more: no quota to wait for
+            mem.gate = None  # it creates nothing more: no quota to wait for
             # Nor is its validated spec kept (about 9 KiB of models per job): the rare event
             # that still reaches a finished job parses it again.
-            self._parsed.pop(key, None)
-        pods, services, extras = self._observed(key, entry.uid, desired)
-        gone = self._gone.pop(key, None)
+            mem.parsed = None
+        pods, services, extras = self._observed(key, mem, desired)
+        gone, mem.gone = mem.gone, None
         together = framework.replicas_restart_together
-        owed = self._still_owed(key, status.attempt, pods) if together else frozenset()
+        owed = _still_owed(mem, status.attempt, pods) if together else frozenset()
         decision = await _cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
-                plan, settings=self.planner_settings, restart_together=together,
-                lost_causes=gone, create_refused=self.create_gate.reason(key), owed=owed),
+                plan, now=self.clock.now(), settings=self.planner_settings,
+                restart_together=together, lost_causes=gone,
+                create_refused=mem.gate.reason if mem.gate else "", owed=owed),
             job, desired, pods, services, extras,
             lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes))
         if together:
-            self._owe(key, decision, owed)
+            _owe(mem, decision, owed)
         if self.watched:
             decision.status = self._with_object_statuses(key, entry.uid, job, decision.status)
-        await self._write_status(key, job, decision.status)
-        held = self.create_gate.wait(key)
+        await self._write_status(mem, key, job, decision.status)
+        held = mem.gate.wait() if mem.gate else 0.0
         if held > 0 and (decision.create_pods or decision.create_services or
                          decision.create_extras):
             # A quota refused this job's creates a moment ago: not again before its back-off.
             decision.create_pods, decision.create_services, decision.create_extras = [], [], []
             self.queue.add_after(key, held)
-        await self._act(key, job, decision)
+        await self._act(mem, key, job, decision)
         if decision.requeue_after is not None:
             self.queue.add_after(key, decision.requeue_after)
 
-    def _still_owed(self, key: str, attempt: int, pods: list[ObservedPod]) -> frozenset[str]:
-        """The pods of `attempt` this operator decided to create and has not seen yet."""
-        owed_attempt, names = self._owed.get(key, (-1, frozenset()))
-        if owed_attempt != attempt:
-            return frozenset()
-        return names - {p.name for p in pods}
-
-    def _owe(self, key: str, decision: Plan, owed: frozenset[str]) -> None:
-        names = owed | {p["metadata"]["name"] for p in decision.create_pods}
-        if names:
-            self._owed[key] = (decision.status.attempt, names)
-        else:
-            self._owed.pop(key, None)
-
-    def _observed(self, key: str, uid: str, desired: RenderedJob
+    def _observed(self, key: str, mem: JobMemory, desired: RenderedJob
                   ) -> tuple[list[ObservedPod], set[str], set[str]]:
-        creating, deleting = self.expectations.pending(key)
+        uid = mem.entry.uid
+        creating, deleting = mem.expectations.pending()
         pods: dict[str, ObservedPod] = {}
         services: set[str] = set()
         extras: set[str] = set()
@@ -440,7 +366,7 @@ class Controller:
             if kind == "Pod" and name in desired.pods and name not in pods:
                 replica = desired.replicas[name]
                 pods[name] = ObservedPod(name, "", replica.type_lower, replica.index,
-                                         PodPhase.PENDING, created=datetime.now(UTC))
+                                         PodPhase.PENDING, created=self.clock.now())
             elif kind == "Service" and name in desired.services:
                 services.add(name)
             else:
@@ -463,33 +389,24 @@ class Controller:
             return status
         return status.model_copy(update={"owned_objects": reports or None})
 
-    def _log_state_change(self, key: str, job: Job, new: JobStatus) -> None:
-        """One info line per state the job enters, when it is decided (a coalesced status
-        write may carry Created and Running together: both are logged). Only jobs whose
-        decided state is ahead of the cache are remembered, so nothing grows with the jobs."""
+    async def _write_status(self, mem: JobMemory, key: str, job: Job, new: JobStatus) -> None:
         old = job.status
-        if new.state and new.state != self._logged_state.get(key, old.state):
-            log.info("%s", state_change_line(job, old, new, self._logged_state.get(key)))
-            self._logged_state[key] = new.state
-        if new.state == old.state:
-            self._logged_state.pop(key, None)
-
-    async def _write_status(self, key: str, job: Job, new: JobStatus) -> None:
-        old = job.status
-        self._log_state_change(key, job, new)
+        _log_state_change(mem, job, new)
         if new == old:
-            self._status_pending.pop(key, None)
+            mem.pending_since = None
             return
         urgent = (new.state != old.state and new.state != "Created") or \
             new.counted_failures != old.counted_failures or \
             new.completion_time != old.completion_time or new.attempt != old.attempt or \
             _replicas_forgotten(old, new)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         # A change of counts only (or a new job's first status) goes out status_coalesce
         # seconds after it was first seen, with whatever changed meanwhile: replicas that
         # start or end together cost one write, and a new job's first status already counts
         # the pods this reconcile creates.
-        since = self._status_pending.setdefault(key, now)
+        if mem.pending_since is None:
+            mem.pending_since = now
+        since = mem.pending_since
         wait = self.settings.status_coalesce_seconds - (now - since)
         if not urgent and wait > 0:
             self.queue.add_after(key, wait)
@@ -506,31 +423,30 @@ class Controller:
             return
         except ApiError as exc:
             raise exc.temporary() from None
-        self._status_pending.pop(key, None)
-        current = self.jobs.get(key)
-        if current is not None and updated.get("metadata"):
+        mem.pending_since = None
+        if self.memory.get(key) is mem and updated.get("metadata"):
             fresh = reduce_job(updated)
-            self._on_job("MODIFIED", (job.namespace, job.name), fresh, current)
+            self._on_job("MODIFIED", (job.namespace, job.name), fresh, mem.entry)
 
-    async def _act(self, key: str, job: Job, decision: Plan) -> None:
+    async def _act(self, mem: JobMemory, key: str, job: Job, decision: Plan) -> None:
         ns = job.namespace
         calls: list[Any] = []
         for name in decision.delete_pods:
-            calls.append(self._delete(PODS, ns, name, expected_by=key))
+            calls.append(self._delete(PODS, ns, name, expected_by=mem))
         for name in decision.delete_services:
             calls.append(self._delete(SERVICES, ns, name))
         for svc in decision.create_services:
-            calls.append(self._create(key, SERVICES, ns, svc))
+            calls.append(self._create(mem, SERVICES, ns, svc))
         for ref in decision.delete_extras:
             kind, _, name = ref.partition("/")
             res = next((r for r in self.watched if r.kind == kind), None)
             if res is not None:
-                calls.append(self._delete(res, ns, name, expected_by=key))
+                calls.append(self._delete(res, ns, name, expected_by=mem))
         for obj in decision.create_extras:
-            calls.append(self._create(key, self.resources[(obj["apiVersion"], obj["kind"])],
+            calls.append(self._create(mem, self.resources[(obj["apiVersion"], obj["kind"])],
                                       ns, obj))
         for pod in decision.create_pods:
-            calls.append(self._create(key, PODS, ns, pod))
+            calls.append(self._create(mem, PODS, ns, pod))
         if decision.delete_job:
             calls.append(self._delete(self._resource(job.kind), ns, job.name))
         results = await gather_limited(self.settings.create_parallelism, *calls)
@@ -544,48 +460,53 @@ class Controller:
                                    f"({pods} pods) for {job.kind} {job.name}")
         for err in errors:
             if isinstance(err, NameConflict):
-                await self._fail(key, job.model_copy(update={"status": decision.status}),
+                await self._fail(mem, key, job.model_copy(update={"status": decision.status}),
                                  "NameConflict", str(err))
                 return
         quota = next((e for e in errors if isinstance(e, ApiForbidden) and e.quota_exceeded),
                      None)
         if quota is not None:
-            await self._wait_for_quota(key, job, quota)
+            await self._wait_for_quota(mem, key, job, quota)
             errors = [e for e in errors if not (isinstance(e, ApiForbidden) and e.retryable)]
-        elif created and self.create_gate.clear(key):
+        elif created and mem.gate is not None:
+            mem.gate = None
             self.queue.add(key)  # the planner drops the QuotaExceeded reason
         for err in errors:
             if isinstance(err, ApiBadRequest | ApiForbidden | ApiInvalid) and not err.retryable:
                 # The API server refuses what we built from this job: it cannot run as is.
                 # Fail from the status this reconcile just wrote (Created, startTime, replica
                 # counts), not the one it started from.
-                await self._fail(key, job.model_copy(update={"status": decision.status}),
+                await self._fail(mem, key, job.model_copy(update={"status": decision.status}),
                                  "CreateFailed", str(err))
                 return
         if errors:
             first = errors[0]
             raise TemporaryError(f"{len(errors)} API calls failed, first: {first}") from None
 
-    async def _wait_for_quota(self, key: str, job: Job, err: ApiForbidden) -> None:
+    async def _wait_for_quota(self, mem: JobMemory, key: str, job: Job,
+                              err: ApiForbidden) -> None:
         """A ResourceQuota refused a create: not a failure, the quota may free up or be
         raised. Hold the job's creates with a growing back-off and say why, on the job (the
         planner's Created reason QuotaExceeded and pendingReason) and in an event."""
-        delay = self.create_gate.refuse(key, f"QuotaExceeded: {err.message}", err.retry_after)
+        if mem.gate is None:
+            mem.gate = CreateGate(clock=self.clock.monotonic)
+        delay = mem.gate.refuse(f"QuotaExceeded: {err.message}", err.retry_after)
         self.queue.add_after(key, delay)
         await self.events.emit(job, "Warning", "QuotaExceeded",
                                f"ResourceQuota {err.quota} refuses the job's pods, waiting for "
                                f"room (next try in {delay:.0f}s): {err.message}")
 
-    async def _create(self, key: str, res: Resource, ns: str, body: dict[str, Any]) -> str:
+    async def _create(self, mem: JobMemory, res: Resource, ns: str,
+                      body: dict[str, Any]) -> str:
         ref = f"{res.kind}/{body['metadata']['name']}"
         try:
             await self.kube.create(res, ns, body)
         except ApiConflict:  # exists already (e.g. created before an operator restart)
             await self._check_owner(res, ns, body)
-            self.expectations.seen(key, ref, True)
+            mem.expectations.seen(ref, True)
             return "exists"
         if res.kind in ("Pod", "Service") or res in self.watched:
-            self.expectations.expect_create(key, ref)
+            mem.expectations.expect_create(ref)
         return "created"
 
     async def _check_owner(self, res: Resource, ns: str, body: dict[str, Any]) -> None:
@@ -616,25 +537,26 @@ class Controller:
                            "name: delete or rename one of them")
 
     async def _delete(self, res: Resource, ns: str, name: str,
-                      expected_by: str | None = None) -> str:
-        """Delete one object; with `expected_by` (a job key), count it as going for that job
+                      expected_by: JobMemory | None = None) -> str:
+        """Delete one object; with `expected_by` (a job's memory), count it as going for that job
         until the cache shows it so (expected before the request is sent, so a fast watch
         cannot beat it), or until the delete fails: then it must be deleted again."""
         ref = f"{res.kind}/{name}"
         if expected_by is not None:
-            self.expectations.expect_delete(expected_by, ref)
+            expected_by.expectations.expect_delete(ref)
         try:
             await self.kube.delete(res, ns, name)
         except ApiNotFound:
             return "gone"
         except ApiError:
             if expected_by is not None:
-                self.expectations.seen(expected_by, ref, exists=False)
+                expected_by.expectations.seen(ref, exists=False)
             raise
         return "deleted"
 
-    async def _fail(self, key: str, job: Job, reason: str, message: str) -> None:
-        now = datetime.now(UTC).replace(microsecond=0)
+    async def _fail(self, mem: JobMemory, key: str, job: Job, reason: str,
+                    message: str) -> None:
+        now = self.clock.now().replace(microsecond=0)
         conditions = [c.to_api() for c in job.status.conditions if c.type != "Failed"]
         for cond in conditions:
             if cond["status"] == "True" and cond["type"] != "Created":
@@ -645,10 +567,10 @@ class Controller:
             "state": "Failed", "completion_time": now, "start_time": job.status.start_time or now,
             "conditions": JobStatus.model_validate({"conditions": conditions}).conditions,
             "observed_generation": job.metadata.generation or job.status.observed_generation})
-        await self._write_status(key, job, status)
+        await self._write_status(mem, key, job, status)
         await self.events.emit(job, "Warning", reason, message[:1000])
 
-    async def _fail_invalid(self, key: str, entry: JobEntry, status: JobStatus,
+    async def _fail_invalid(self, mem: JobMemory, key: str, entry: JobEntry, status: JobStatus,
                             error: SpecInvalid | None) -> None:
         if status.state == "Failed":
             return
@@ -657,7 +579,7 @@ class Controller:
         job = Job(apiVersion=str(entry.raw.get("apiVersion") or ""), kind=entry.kind,
                   metadata=ObjectMeta.model_validate(meta),
                   spec=JobSpec.model_construct(replica_specs={}), status=status)
-        await self._fail(key, job, "InvalidSpec", message)
+        await self._fail(mem, key, job, "InvalidSpec", message)
 
     def _framework(self, kind: str) -> Framework:
         """The framework of a kind we watch (a job of another kind never reaches here; if one
@@ -671,6 +593,43 @@ class Controller:
         framework = self._framework(kind)
         return job_resource(framework.kind, framework.plural, framework.group,
                             framework.version)
+
+
+def _note_gone(mem: JobMemory, entry: OwnedEntry) -> None:
+    """A replica pod went that this operator did not delete: keep what it last showed of why
+    (a DisruptionTarget condition) for the planner's ReplicaLost event. Only a hint: whether
+    it was lost the planner decides from the status."""
+    if mem.entry.uid != entry.owner_uid or entry.pod is None:
+        return
+    cause = entry.pod.disruption or "deleted by someone other than the operator"
+    if mem.gone is None:
+        mem.gone = {}
+    mem.gone[entry.name] = GonePod(entry.pod.uid, cause, entry.pod.attempt)
+
+
+def _still_owed(mem: JobMemory, attempt: int, pods: list[ObservedPod]) -> frozenset[str]:
+    """The pods of `attempt` this operator decided to create and has not seen yet."""
+    owed_attempt, names = mem.owed or (-1, frozenset())
+    if owed_attempt != attempt:
+        return frozenset()
+    return names - {p.name for p in pods}
+
+
+def _owe(mem: JobMemory, decision: Plan, owed: frozenset[str]) -> None:
+    names = owed | {p["metadata"]["name"] for p in decision.create_pods}
+    mem.owed = (decision.status.attempt, names) if names else None
+
+
+def _log_state_change(mem: JobMemory, job: Job, new: JobStatus) -> None:
+    """One info line per state the job enters, when it is decided (a coalesced status write
+    may carry Created and Running together: both are logged). The state is remembered only
+    while the decided state is ahead of the cache."""
+    old = job.status
+    if new.state and new.state != (mem.logged_state or old.state):
+        log.info("%s", state_change_line(job, old, new, mem.logged_state))
+        mem.logged_state = new.state
+    if new.state == old.state:
+        mem.logged_state = None
 
 
 def _replicas_forgotten(old: JobStatus, new: JobStatus) -> bool:

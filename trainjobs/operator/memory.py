@@ -1,0 +1,91 @@
+"""Everything the controller remembers about one job between reconciles, in one object.
+
+Why one object: the cached job, its parsed spec and packed rendering, the status change
+waiting to be written, the state last logged, the pods seen going without our delete, the
+pods of an attempt we owe, the create back-off and the expectations were eight parallel
+dictionaries keyed by job, each to be forgotten by hand when the job went (one forgotten
+would leak, or carry a refusal over to a new job of the same name). Now a job's memory is
+dropped whole, in one place, when its informer says it is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trainjobs.api.models import Job
+from trainjobs.core.observed import GonePod
+from trainjobs.errors import SpecInvalid
+from trainjobs.operator.backoff import CreateGate
+from trainjobs.operator.cache import JobEntry, PackedRender
+
+__all__ = ["Expectations", "JobMemory", "Parsed"]
+
+
+@dataclass(slots=True)
+class Parsed:
+    """The validated job of one generation (validation is the costly part), and its rendering."""
+
+    generation: int
+    uid: str
+    job: Job | None
+    desired: PackedRender | None
+    error: SpecInvalid | None = None
+    # The attempt `desired` was rendered for (kinds whose replicas restart together).
+    attempt: int = 0
+
+
+class Expectations:
+    """One job's pods and Services (`Kind/name`) we created or deleted that the caches have not
+    shown yet, each until it is seen or its timeout passes."""
+
+    __slots__ = ("clock", "creates", "deletes", "timeout")
+
+    def __init__(self, timeout: float, clock: Callable[[], float]) -> None:
+        self.timeout = timeout
+        self.clock = clock
+        self.creates: dict[str, float] = {}
+        self.deletes: dict[str, float] = {}
+
+    def expect_create(self, ref: str) -> None:
+        self.creates[ref] = self.clock() + self.timeout
+
+    def expect_delete(self, ref: str) -> None:
+        self.deletes[ref] = self.clock() + self.timeout
+
+    def seen(self, ref: str, exists: bool) -> None:
+        (self.creates if exists else self.deletes).pop(ref, None)
+
+    def pending(self) -> tuple[set[str], set[str]]:
+        """(creates, deletes) not yet seen; those past their timeout are dropped."""
+        now = self.clock()
+        for book in (self.creates, self.deletes):
+            for ref in [r for r, until in book.items() if until < now]:
+                del book[ref]
+        return set(self.creates), set(self.deletes)
+
+    def deleting(self, ref: str) -> bool:
+        """Whether we deleted `ref` and the caches have not shown it gone yet."""
+        return ref in self.deletes
+
+
+@dataclass(slots=True, eq=False)
+class JobMemory:
+    """One job as the controller knows it. Created when the job's informer first shows it,
+    dropped (with everything below) when the informer shows it deleted."""
+
+    entry: JobEntry  # the cached object (reduced), as the informer or our own write last saw it
+    expectations: Expectations
+    parsed: Parsed | None = None
+    # When the first status change not yet written (one that may wait) was seen (monotonic).
+    pending_since: float | None = None
+    # The state logged for the job while it is ahead of the cached status (see _log_state).
+    logged_state: str | None = None
+    # Replica pods that went without our delete (name -> what they showed), for the planner.
+    gone: dict[str, GonePod] | None = None
+    # Replicas that restart together: the attempt and the pods of it this operator decided to
+    # create (the planner's `owed`; an operator restart forgets them, so an attempt found
+    # half-created is not completed but replaced).
+    owed: tuple[int, frozenset[str]] | None = None
+    # Creates held by a quota's refusal; None while none is.
+    gate: CreateGate | None = None
