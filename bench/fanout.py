@@ -328,9 +328,11 @@ async def one_repeat(i: int, args: argparse.Namespace, commands: list[tuple[str,
     api: Api | None = None
     watcher: Watcher | None = None
     try:
-        api = Api(cluster.plane, BENCH_UA, pool=16)
         ceilings = [f"ceiling{c}" for c in args.ceilings]
         phases = [*ceilings, *[label for label, _ in commands]]
+        # The watcher keeps 3 watches per phase open for the whole repeat: with more than 5
+        # phases a pool of 16 connections had none left for its lists, and it never synced.
+        api = Api(cluster.plane, BENCH_UA, pool=16 + 3 * len(phases))
         if i % 2:
             phases.reverse()
         namespaces = {ph: f"bench-{ph}" for ph in phases}
