@@ -141,6 +141,7 @@ def test_the_operator_validates_with_its_own_controller_config() -> None:
     config it renders with, not an empty one."""
     from trainjobs.operator.cache import JobEntry
     from trainjobs.operator.controller import Controller, ControllerSettings
+    from trainjobs.operator.memory import Expectations, JobMemory
 
     reader = ConfigReader()
     with plugin_env(**{DISABLE_AUTOLOAD_ENV: "1"}):
@@ -149,6 +150,7 @@ def test_the_operator_validates_with_its_own_controller_config() -> None:
     config = {"tfImage": "registry.example/tf:2"}
     controller = Controller(None, plugins,  # type: ignore[arg-type]  # parse calls no API
                             ControllerSettings(controller_config=config))
-    parsed = asyncio.run(controller._parse("ns/op", JobEntry("TfJob", tfjob("op"))))
+    memory = JobMemory(JobEntry("TfJob", tfjob("op")), Expectations(1.0, lambda: 0.0))
+    parsed = asyncio.run(controller._parse("ns/op", memory))
     assert parsed.job is not None
     assert reader.seen == [config] * 4
