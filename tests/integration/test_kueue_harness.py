@@ -17,6 +17,8 @@ admission; a 5 s ``waitForPodsReady`` evicts and requeues a Job whose pod cannot
 from __future__ import annotations
 
 import json
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -264,3 +266,19 @@ def test_kueue_wait_for_pods_ready_per_start(kube_cluster: ControlPlane, kueue: 
             "the Workload to be requeued and admitted again", timeout=60)
         assert again["status"]["requeueState"]["count"] >= 1
     assert kueue.options.wait_for_pods_ready is None
+
+
+def test_a_dead_kueue_is_named_with_its_log_and_restarts(kube_cluster: ControlPlane,
+                                                         kueue: Kueue) -> None:
+    """Kueue is a component of the control plane: killed, ``dead()`` names it with its log
+    (what fails a test during which it died); ``start_component`` brings it back serving."""
+    os.kill(kube_cluster.pids["kueue"], signal.SIGKILL)
+    try:
+        line = wait_for(lambda: next((d for d in kube_cluster.dead()
+                                      if d.startswith("kueue exited")), None),
+                        "dead() to name kueue")
+        assert str(kueue.log) in line
+    finally:
+        kube_cluster.start_component("kueue", timeout=90)
+    assert kube_cluster.dead() == []
+    assert kueue.webhooks_answer()

@@ -334,14 +334,14 @@ class Kueue:
         answer through the API server; a Kueue that exits fails at once, with its log."""
         self.plane.wait_until(lambda: _http_ok(self.health_port, "/readyz"),
                               "kueue /readyz (its webhook server started)", deadline)
-        self.plane.wait_until(self._webhooks_answer, "kueue's webhooks to answer", deadline)
+        self.plane.wait_until(self.webhooks_answer, "kueue's webhooks to answer", deadline)
 
     def _log_since(self, offset: int) -> str:
         with self.log.open("rb") as f:
             f.seek(offset)
             return f.read().decode(errors="replace")
 
-    def _webhooks_answer(self) -> bool:
+    def webhooks_answer(self) -> bool:
         """A server-side dry-run create of a ResourceFlavor passes Kueue's mutating and
         validating webhooks: the API server reaches Kueue and trusts its certificate."""
         try:
