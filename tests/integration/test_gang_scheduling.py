@@ -301,3 +301,30 @@ def test_an_elastic_gang_is_never_placed_without_the_replicas_it_cannot_run_with
     others.kubectl("delete", "deployment", "blocker")
     wait_for(lambda: bound(ns, "mx") == 6, lambda: f"all 6 bound: {ns.pod_summary('mx')}",
              timeout=60)
+
+
+def test_scheduling_policy_min_resources_and_timeout_are_the_pod_groups(
+        scheduler: str, namespaces: Callable[[], Namespace],
+        start_operator: Callable[..., None]) -> None:
+    """Kubeflow's `schedulingPolicy.minResources` replaces the computed sum on the PodGroup and
+    the scheduler holds the gang to it: 9 CPUs asked on an 8-CPU cluster, no pod is bound
+    although all 6 would fit; `scheduleTimeoutSeconds` is the Coscheduling PodGroup's (over
+    the operator's 10). Lowering minResources (a new job) lets the same gang run."""
+    ns = namespaces()
+    start_operator(ns, scheduler)
+    ns.create(mx_gang("big", schedulingPolicy={"minResources": {"cpu": 9, "memory": "6Gi"},
+                                              "scheduleTimeoutSeconds": 42}))
+    group = wait_for(lambda: pod_group(ns, scheduler, "big"), "the PodGroup", timeout=30)
+    assert group["spec"]["minResources"] == {"cpu": "9", "memory": "6Gi"}
+    if scheduler == "coscheduling":
+        assert group["spec"]["scheduleTimeoutSeconds"] == 42
+    else:
+        assert "scheduleTimeoutSeconds" not in group["spec"]  # Volcano has none
+    wait_for(lambda: pods_of(ns, "big") == 6, "6 pods created", timeout=30)
+    stays(lambda: bound(ns, "big") == 0, 8,
+          lambda: f"a pod of the 9-CPU gang was bound: {ns.pod_summary('big')}")
+    ns.kubectl("delete", "mxjob", "big", "--wait=true", "--timeout=60s", "--cascade=foreground")
+    wait_for(lambda: pods_of(ns, "big") == 0, "the big job's pods to go", timeout=60)
+    ns.create(mx_gang("fits", schedulingPolicy={"minResources": {"cpu": 6, "memory": "6Gi"}}))
+    wait_for(lambda: bound(ns, "fits") == 6,
+             lambda: f"all 6 pods bound: {ns.pod_summary('fits')}", timeout=90)
