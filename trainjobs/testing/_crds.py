@@ -20,11 +20,15 @@ def apply_crds(
     *,
     kubectl: Path | None = None,
     timeout: float = 60.0,
+    wait_published: bool = True,
 ) -> list[str]:
     """Server-side apply the manifests at ``path`` (a file or a directory, recursively) and
     wait until every CustomResourceDefinition among them is Established and its schema is
     published in the API server's OpenAPI v3 document (what ``kubectl explain`` reads: it
     follows Established by up to a few seconds).
+
+    ``wait_published=False`` stops at Established: enough for a controller (Kueue) that
+    only needs the API served, not for ``kubectl explain``.
 
     Returns the names of the CRDs (``plural.group``). Raises :class:`ControlPlaneError`
     (a :class:`KubectlError` for a kubectl failure) when apply or the wait fails.
@@ -53,7 +57,8 @@ def apply_crds(
     if crds:
         deadline = time.monotonic() + timeout
         items = _wait_established(kubectl, kubeconfig, crds, deadline)
-        _wait_published(kubectl, kubeconfig, items, deadline)
+        if wait_published:
+            _wait_published(kubectl, kubeconfig, items, deadline)
     return [name.removeprefix(_CRD_PREFIX) for name in crds]
 
 

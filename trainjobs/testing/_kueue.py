@@ -42,6 +42,7 @@ import base64
 import contextlib
 import copy
 import http.client
+import json
 import os
 import re
 import shutil
@@ -85,6 +86,7 @@ _KUEUE_GROUP = "kueue.x-k8s.io"
 #: Integrations that enable "pod" implicitly (their ImplicitlyEnabledFrameworkNames).
 _IMPLY_POD = frozenset({"deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset"})
 _CONVERSION_PATCH = re.compile(r"^- path: patches/webhook_in_(\w+)\.yaml\s*$", re.MULTILINE)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _VERSION_LOGGED = re.compile(r'"gitVersion":"([^"]+)"')
 
 
@@ -284,14 +286,17 @@ class Kueue:
         converted = set(_CONVERSION_PATCH.findall(
             (components / "crd" / "kustomization.yaml").read_text()))
         for source in sorted((components / "crd" / "bases").glob("*.yaml")):
-            crd = yaml.safe_load(source.read_text())
+            # 1.6 MB of CRDs: libyaml's loader and JSON out take 0.3 s where PyYAML's pure
+            # Python loader and dumper take 4 s.
+            crd = yaml.load(source.read_text(), Loader=_YAML_LOADER)
             if crd["spec"]["names"]["plural"] in converted:
                 crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
                     "clientConfig": self._client_config("/convert"),
                     "conversionReviewVersions": ["v1"]}}
-            (crds / source.name).write_text(yaml.safe_dump(crd))
+            (crds / f"{source.stem}.json").write_text(json.dumps(crd))
+        # Established is what Kueue needs; their OpenAPI schemas (kubectl explain) follow.
         apply_crds(self.plane.kubeconfig, crds, kubectl=self.plane.bin_dir / "kubectl",
-                   timeout=max(1.0, deadline - time.monotonic()))
+                   timeout=max(1.0, deadline - time.monotonic()), wait_published=False)
         self._apply_webhooks()
 
     def _client_config(self, path: str) -> dict[str, str]:
