@@ -1291,6 +1291,8 @@ def test_the_operator_identity_is_refused_outside_its_bounds(
         "a pod owned by another job than its label's": (
             admin_pod("other-worker-0", {"trainjobs.io/job-name": "other"}, owner), ns,
             "controlled by the trainjobs job their label names (other)"),
+        "a pod not named after its job": (admin_pod("miner", labels, owner), ns,
+                                           "named after the job their label names (own-...)"),
         "a pod owned by another kind": (
             admin_pod("rs-pod", labels, {**owner, "apiVersion": "apps/v1",
                                          "kind": "ReplicaSet"}), ns,
@@ -1300,7 +1302,7 @@ def test_the_operator_identity_is_refused_outside_its_bounds(
              "spec": {"ports": [{"port": 80}]}}, ns, "controlled by the trainjobs job"),
         "a Deployment that is not TensorBoard": (
             {"apiVersion": "apps/v1", "kind": "Deployment",
-             "metadata": {"name": "miner", "labels": labels, "ownerReferences": [owner]},
+             "metadata": {"name": "own-miner", "labels": labels, "ownerReferences": [owner]},
              "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
                  "metadata": {"labels": {"a": "b"}},
                  "spec": {"containers": [{"name": "x", "image": "example.invalid/x:1"}]}}}},
@@ -1309,6 +1311,12 @@ def test_the_operator_identity_is_refused_outside_its_bounds(
     for what, (obj, namespace, words) in refused.items():
         code, err = create_as(obj, namespace)
         assert code != 0 and DENIED in err and words in err, (what, err)
+    # What the policy cannot see (its template says so): whether the owner exists. A pod
+    # naming a job that does not exist, consistently, is admitted.
+    ghost = {**owner, "name": "ghost", "uid": "00000000-0000-0000-0000-000000000000"}
+    code, err = create_as(admin_pod("ghost-worker-0", {"trainjobs.io/job-name": "ghost"},
+                                    ghost), ns)
+    assert code == 0, err
 
     # Deleting: only what a job owns; the admin's own pod is refused to the operator.
     kube_cluster.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(admin_pod("mine")))
