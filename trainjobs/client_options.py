@@ -58,7 +58,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     wait.add_argument("job", help="JOB or KIND/JOB")
     wait.add_argument("--for", dest="until", default="Succeeded", metavar="CONDITION",
                       help="Created, Running, Restarting, Succeeded (default), Failed, "
-                           "Suspended")
+                           "Suspended, Queued")
     wait.add_argument("--timeout", type=float, metavar="SECONDS", help="exit 3 after this long")
     _common(wait)
     wait.set_defaults(func=_lazy("wait"))

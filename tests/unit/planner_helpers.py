@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainjobs.api.models import ConditionType, Job, JobStatus
+from trainjobs.core.admission import Admission
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase, attempt_of
 from trainjobs.core.planner import EXCLUSIVE_CONDITIONS, Plan, PlannerSettings, plan
 from trainjobs.core.render import (
@@ -103,6 +104,7 @@ class World:
     created: list[str] = field(default_factory=list)  # every pod name ever created, in order
     lost_causes: dict[str, GonePod] = field(default_factory=dict)  # what the backend saw go
     owed: frozenset[str] = frozenset()  # pods the backend decided to create, not yet seen
+    admission: Admission | None = None  # what Kueue decided (None: not queued)
 
     def __post_init__(self) -> None:
         self.framework = framework_of(self.job.kind, self.plugins)
@@ -123,7 +125,8 @@ class World:
                     set(self.extras),
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
                     now=self.now, settings=self.settings, lost_causes=lost_causes,
-                    restart_together=self.framework.replicas_restart_together, owed=self.owed)
+                    restart_together=self.framework.replicas_restart_together, owed=self.owed,
+                    admission=self.admission)
 
     def apply(self, p: Plan) -> Plan:
         """Carry out a plan the way a backend would."""

@@ -1072,4 +1072,4 @@ def test_invariants_hold_for_any_event_sequence(
 
 def test_exclusive_conditions_are_the_documented_ones() -> None:
     assert {c.value for c in EXCLUSIVE_CONDITIONS} == {
-        "Running", "Restarting", "Succeeded", "Failed", "Suspended"}
+        "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Queued"}

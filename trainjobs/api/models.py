@@ -189,6 +189,8 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    # Waiting for a queueing system (Kueue) to admit it, or evicted by it.
+    QUEUED = "Queued"
 
 
 class StatusModel(SpecModel):

@@ -23,6 +23,7 @@ from trainjobs.api.models import (
     JobStatus,
     RestartPolicy,
 )
+from trainjobs.core.admission import Admission, PodSetConflict, merge_into_pod
 from trainjobs.core.indexes import format_indexes, parse_indexes
 from trainjobs.core.observed import (
     UNRUNNABLE_REASONS,
@@ -38,7 +39,7 @@ __all__ = ["EXCLUSIVE_CONDITIONS", "Event", "Plan", "PlannerSettings", "plan", "
 
 EXCLUSIVE_CONDITIONS = (
     ConditionType.RUNNING, ConditionType.RESTARTING, ConditionType.SUCCEEDED,
-    ConditionType.FAILED, ConditionType.SUSPENDED,
+    ConditionType.FAILED, ConditionType.SUSPENDED, ConditionType.QUEUED,
 )
 FINISHED = (ConditionType.SUCCEEDED, ConditionType.FAILED)
 
@@ -140,6 +141,7 @@ def plan(
     lost_causes: Mapping[str, GonePod] | None = None,
     create_refused: str = "",
     owed: frozenset[str] = frozenset(),
+    admission: Admission | None = None,
 ) -> Plan:
     """Decide the next actions and the status for `job`.
 
@@ -158,6 +160,8 @@ def plan(
     decided to create and has not seen created yet (a create that failed is retried); any
     other pod of the attempt that is missing was deleted, or its create was cut off by an
     operator restart: the attempt is broken and a fresh one starts (see `_next_attempt`).
+    `admission`: what Kueue decided (None: the job is not queued). Not admitted: no replica
+    may exist (`_queue`); admitted: the pods get the admission's flavors (`_admitted`).
     """
     now = now or datetime.now(UTC)
     old = job.status
@@ -175,6 +179,13 @@ def plan(
         return _finish(state, desired, pods, services, extras, settings)
     if job.spec.run_policy.suspend:
         return _suspend(state, pods, extras, restart_together, settings)
+    if admission is not None and not admission.admitted:
+        return _queue(state, pods, extras, admission, restart_together, settings)
+    if _current(old) is ConditionType.QUEUED:
+        _clear_exclusive(state, ConditionType.QUEUED, "Admitted", "admitted by Kueue"
+                         + (f" (ClusterQueue {admission.cluster_queue})"
+                            if admission is not None and admission.cluster_queue else ""))
+        state.plan.events.append(Event("Normal", "Admitted", "admitted: creating pods"))
     if _current(old) is ConditionType.SUSPENDED:
         _clear_exclusive(state, ConditionType.SUSPENDED, "JobResumed",
                          f"{job.kind} {job.name} is resumed")
@@ -218,6 +229,8 @@ def plan(
         state.plan.events.append(Event("Normal", "RestartingTogether", f"replicas of "
                                        f"{job.kind} restart together: starting attempt "
                                        f"{state.attempt} with every replica"))
+    if admission is not None:
+        _admitted(state, desired, admission)
     # Pods whose replica no longer exists (scaled down, or a type removed): delete them.
     for pod in pods:
         if pod.name not in desired.pods and not pod.deleting:
@@ -718,6 +731,63 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str],
     _refresh_active(state, pods, suspended=True)
     state.plan.status = _build_status(state, job.status)
     return state.plan
+
+
+def _queue(state: _State, pods: Sequence[ObservedPod], extras: set[str], admission: Admission,
+           restart_together: bool, settings: PlannerSettings) -> Plan:
+    """Kueue has not admitted the job (or evicted it): as suspended, no replica exists (its
+    pods and the objects that exist only with them go, none is created, no restart or loss
+    is counted, backoffLimit is untouched), and the Queued condition says why in Kueue's
+    words; an eviction says by what. It runs again, as a resume, when admitted."""
+    job = state.job
+    live = [p for p in pods if not p.deleting]
+    if restart_together and live:
+        state.status["attempt"] = job.status.attempt + 1  # the rendezvous is stale
+    for pod in pods:
+        if pod.deleting:
+            _finish_unfinished_delete(state, pod, settings)
+        else:
+            state.plan.delete_pods.append(pod.name)
+    state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
+    state.plan.delete_extras.extend(_with_replicas(extras, settings))
+    _ensure_condition(state, ConditionType.CREATED, "JobCreated",
+                      f"{job.kind} {job.name} is created")
+    eviction = admission.eviction
+    if eviction is not None:
+        reason, message = "Evicted", f"{eviction.reason}: {eviction.message}"
+        was = next((c for c in job.status.conditions if c.type is ConditionType.QUEUED), None)
+        if live or was is None or was.status != "True" or was.reason != "Evicted":
+            state.plan.events.append(Event("Warning", "Evicted", f"evicted by Kueue: {message}"
+                                           + ("; pods deleted" if live else "")))
+    else:
+        reason = admission.reason or "Queued"
+        message = admission.message or "waiting for Kueue to admit the job"
+    _set_exclusive(state, ConditionType.QUEUED, reason, message)
+    state.status["startTime"] = None  # the deadline clock starts when it runs
+    _refresh_active(state, pods, suspended=True)
+    state.plan.status = _build_status(state, job.status)
+    return state.plan
+
+
+def _admitted(state: _State, desired: RenderedJob, admission: Admission) -> None:
+    """The pods created now get the admission's changes (the flavors' node labels and
+    tolerations, Kueue's labels, admission checks' updates), merged as Kueue's podset.Merge
+    does; a conflict with the pod is a failure (Kueue's FailedToStart)."""
+    merged = []
+    for pod in state.plan.create_pods:
+        replica = desired.replicas.get(pod["metadata"]["name"])
+        changes = admission.pod_sets.get(replica.type) if replica is not None else None
+        if changes is None:
+            merged.append(pod)
+            continue
+        try:
+            merged.append(merge_into_pod(pod, changes))
+        except PodSetConflict as exc:
+            if state.failure is None:
+                state.failure = ("CreateFailed", f"the admission conflicts with the pods of "
+                                 f"{replica.type if replica else '?'}: {exc}")
+            merged.append(pod)
+    state.plan.create_pods[:] = merged
 
 
 def _refresh_active(state: _State, pods: Sequence[ObservedPod], suspended: bool = False

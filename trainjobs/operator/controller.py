@@ -49,6 +49,7 @@ from trainjobs.kube import (
 )
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.operator import metrics
+from trainjobs.operator.admission import Queueing, discover
 from trainjobs.operator.backoff import CreateGate
 from trainjobs.operator.cache import (
     JOB_GROUPS,
@@ -137,6 +138,9 @@ class Controller:
             r.kind for r in declared if r.with_replicas))
         self.informers: list[Informer[Any]] = []
         namespaces: list[str | None] = list(settings.namespaces) or [None]
+        # Kueue admission (operator/admission.py): on when the API server serves Workloads.
+        self.kueue: Queueing | None = None
+        self._namespaces = namespaces
         for ns in namespaces:
             for fw in plugins.frameworks.values():
                 self.informers.append(Informer(
@@ -220,6 +224,12 @@ class Controller:
 
     async def run(self) -> None:
         """Start informers, wait for their first lists, then reconcile until cancelled."""
+        if self.kueue is None and await discover(self.kube):
+            self.kueue = Queueing(self.kube, self._namespaces, self.events, self.queue.add,
+                                  self.queue.add_after)
+            self.informers.extend(self.kueue.informers)
+            log.info("Kueue serves Workloads: jobs labelled %s are admitted through it",
+                     "kueue.x-k8s.io/queue-name")
         tasks = [asyncio.create_task(i.run(), name=repr(i)) for i in self.informers]
         try:
             await asyncio.gather(*(i.synced.wait() for i in self.informers))
@@ -295,6 +305,8 @@ class Controller:
     async def reconcile(self, key: str) -> None:
         mem = self.memory.get(key)
         if mem is None:
+            if self.kueue is not None:
+                await self.kueue.orphans(key)  # a Workload whose job is gone
             return
         entry = mem.entry
         parsed = await self._parse(key, mem)
@@ -319,17 +331,22 @@ class Controller:
         gone, mem.gone = mem.gone, None
         together = framework.replicas_restart_together
         owed = _still_owed(mem, status.attempt, pods) if together else frozenset()
+        admission = (await self.kueue.admit(key, job, framework, desired, pods)
+                     if self.kueue is not None else None)
         decision = await _cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
                 plan, now=self.clock.now(), settings=self.planner_settings,
                 restart_together=together, lost_causes=gone,
-                create_refused=mem.gate.reason if mem.gate else "", owed=owed),
+                create_refused=mem.gate.reason if mem.gate else "", owed=owed,
+                admission=admission),
             job, desired, pods, services, extras,
             lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes))
         if together:
             _owe(mem, decision, owed)
         if self.watched:
             decision.status = self._with_object_statuses(key, entry.uid, job, decision.status)
+        if self.kueue is not None:
+            decision.status = self.kueue.with_workload(key, entry.uid, decision.status)
         await self._write_status(mem, key, job, decision.status)
         held = mem.gate.wait() if mem.gate else 0.0
         if held > 0 and (decision.create_pods or decision.create_services or

@@ -1,0 +1,315 @@
+"""Kueue admission in the controller: the caches of Kueue's objects and one `decide` per reconcile.
+
+Why here and not in the planner: the planner stays pure (it only obeys an `Admission`); the
+pure rules of Kueue's job framework live in `trainjobs.kueue`; this module is their I/O. It is
+on only when the API server serves `kueue.x-k8s.io/v1beta2` Workloads (`discover`, at start;
+no flag, as Kueue's built-in integrations), and a job without the `kueue.x-k8s.io/queue-name`
+label costs one dict lookup (`admit` returns None: the job runs exactly as without Kueue).
+
+It keeps, by list-then-watch (`Informer`): the operator's own Workloads (selected by the
+`trainjobs.io/job-name` label every Workload it builds carries) indexed by their controller
+owner, the ResourceFlavors and the (Workload)PriorityClasses. Per reconcile it performs the
+one write `decide` asks for and hands the planner the `Admission`. A Workload event queues its
+owner's key; a key whose job is gone finalizes the job's Workloads (`finalize_orphan`), since
+nothing else removes Kueue's finalizer from a Workload of ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from trainjobs.api.models import Job, JobStatus, OwnedObjectStatus
+from trainjobs.core.admission import Admission
+from trainjobs.core.observed import ObservedPod, PodPhase
+from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob
+from trainjobs.kube import ApiConflict, ApiError, ApiNotFound, Kube, Resource
+from trainjobs.kube.informer import Informer, Key
+from trainjobs.kueue import constants as k
+from trainjobs.kueue.admission import workload_phase
+from trainjobs.kueue.conditions import finished_conditions, status_patch
+from trainjobs.kueue.model import (
+    MalformedObject,
+    PriorityClass,
+    ResourceFlavor,
+    Workload,
+    WorkloadPriorityClass,
+    parse_priority_class,
+    parse_resource_flavor,
+    parse_workload,
+    parse_workload_priority_class,
+)
+from trainjobs.kueue.reconcile import (
+    Action,
+    CreateWorkload,
+    DeleteWorkloads,
+    JobState,
+    KueueSettings,
+    PatchWorkload,
+    decide,
+    finalize_orphan,
+)
+from trainjobs.kueue.workload import (
+    PriorityClasses,
+    WorkloadBuildError,
+    handled_by_kueue,
+    job_pod_sets,
+    prebuilt_workload_name,
+    queue_name,
+)
+from trainjobs.operator.events import EventRecorder
+from trainjobs.plugin.types import Framework
+
+__all__ = ["WORKLOADS", "Queueing", "discover"]
+
+log = logging.getLogger(__name__)
+
+WORKLOADS = Resource("Workload", "workloads", k.GROUP, k.VERSION)
+RESOURCE_FLAVORS = Resource("ResourceFlavor", "resourceflavors", k.GROUP, k.VERSION)
+WORKLOAD_PRIORITY_CLASSES = Resource("WorkloadPriorityClass", "workloadpriorityclasses",
+                                     k.GROUP, k.VERSION)
+PRIORITY_CLASSES = Resource("PriorityClass", "priorityclasses", "scheduling.k8s.io", "v1")
+#: Seconds before a pass whose step asked for a retry (a flavor or priority class not cached
+#: yet) or whose write met a concurrent change runs again.
+RETRY_SECONDS = 1.0
+_ACTIVE = (PodPhase.PENDING, PodPhase.RUNNING, PodPhase.UNKNOWN)
+
+
+async def discover(kube: Kube, sleep: Callable[[float], Any] = asyncio.sleep) -> bool:
+    """Whether the API server serves Kueue's v1beta2 Workloads. Asked until it answers: an
+    unreachable API server must not switch the integration off (labelled jobs would run
+    unqueued)."""
+    delay = 0.5
+    while True:
+        try:
+            doc = await kube.request("GET", f"/apis/{k.GROUP}/{k.VERSION}")
+        except ApiNotFound:
+            return False
+        except ApiError as exc:
+            log.warning("discovery of %s/%s: %s; asking again in %.1fs", k.GROUP, k.VERSION,
+                        exc, delay)
+            await sleep(delay)
+            delay = min(delay * 2, 10.0)
+            continue
+        return any(r.get("name") == "workloads" for r in doc.get("resources") or [])
+
+
+def _parsed(parse: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    """A transform that logs a malformed object (once per resourceVersion) and drops it."""
+    seen: set[str] = set()
+
+    def transform(obj: dict[str, Any]) -> Any:
+        try:
+            return parse(obj)
+        except MalformedObject as exc:
+            version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            if version not in seen:
+                seen.add(version)
+                log.warning("ignoring %s", exc)
+            return None
+
+    return transform
+
+
+def _owner_key(wl: Workload) -> str | None:
+    owner = wl.metadata.controller()
+    return f"{owner.kind}/{wl.metadata.namespace}/{owner.name}" if owner else None
+
+
+class Queueing:
+    """The Kueue side of the controller (one per operator, when Kueue is served)."""
+
+    def __init__(self, kube: Kube, namespaces: Sequence[str | None], events: EventRecorder,
+                 enqueue: Callable[[str], None], enqueue_after: Callable[[str, float], None],
+                 settings: KueueSettings | None = None) -> None:
+        self.kube, self.events = kube, events
+        self.settings = settings or KueueSettings()
+        self._enqueue, self._enqueue_after = enqueue, enqueue_after
+        self.by_owner: dict[str, dict[str, Workload]] = {}
+        self.by_name: dict[Key, Workload] = {}
+        self.flavors: dict[str, ResourceFlavor] = {}
+        self._workload_classes: dict[str, int] = {}
+        self._pod_classes: dict[str, PriorityClass] = {}
+        self.informers: list[Informer[Any]] = [
+            Informer(kube, WORKLOADS, ns, _parsed(parse_workload), self._on_workload,
+                     label_selector=LABEL_JOB_NAME) for ns in namespaces]
+        self.informers += [
+            Informer(kube, RESOURCE_FLAVORS, None, _parsed(parse_resource_flavor),
+                     self._on_flavor),
+            Informer(kube, WORKLOAD_PRIORITY_CLASSES, None,
+                     _parsed(parse_workload_priority_class), self._on_workload_class),
+            Informer(kube, PRIORITY_CLASSES, None, _parsed(parse_priority_class),
+                     self._on_pod_class),
+        ]
+
+    # Cache events -----------------------------------------------------------------------
+
+    def _on_workload(self, etype: str, key: Key, new: Workload | None,
+                     old: Workload | None) -> None:
+        for wl, keep in ((old, False), (new, True)):
+            if wl is None:
+                continue
+            owner = _owner_key(wl)
+            if owner is None:
+                continue
+            owned = self.by_owner.setdefault(owner, {})
+            if keep:
+                owned[wl.metadata.name] = wl
+            else:
+                owned.pop(wl.metadata.name, None)
+            if not owned:
+                del self.by_owner[owner]
+            self._enqueue(owner)
+        if new is None:
+            self.by_name.pop(key, None)
+        else:
+            self.by_name[key] = new
+
+    def _on_flavor(self, etype: str, key: Key, new: ResourceFlavor | None,
+                   old: ResourceFlavor | None) -> None:
+        if new is None:
+            self.flavors.pop(key[1], None)
+        else:
+            self.flavors[key[1]] = new
+
+    def _on_workload_class(self, etype: str, key: Key, new: WorkloadPriorityClass | None,
+                           old: WorkloadPriorityClass | None) -> None:
+        if new is None:
+            self._workload_classes.pop(key[1], None)
+        else:
+            self._workload_classes[key[1]] = new.value
+
+    def _on_pod_class(self, etype: str, key: Key, new: PriorityClass | None,
+                      old: PriorityClass | None) -> None:
+        if new is None:
+            self._pod_classes.pop(key[1], None)
+        else:
+            self._pod_classes[key[1]] = new
+
+    def classes(self) -> PriorityClasses:
+        defaults = sorted((c.value, name) for name, c in self._pod_classes.items()
+                          if c.global_default)
+        return PriorityClasses(
+            workload=dict(self._workload_classes),
+            pod={name: c.value for name, c in self._pod_classes.items()},
+            pod_default=(defaults[0][1], defaults[0][0]) if defaults else None)
+
+    # Reconcile --------------------------------------------------------------------------
+
+    async def admit(self, key: str, job: Job, framework: Framework, desired: RenderedJob,
+                    pods: Sequence[ObservedPod]) -> Admission | None:
+        """One pass of Kueue's job reconciler for `job`: its one write performed, and the
+        `Admission` the planner must obey (None: Kueue does not manage the job)."""
+        if not queue_name(job) and not self.settings.manage_jobs_without_queue_name:
+            return None  # (the one lookup an unlabelled job costs)
+        if handled_by_kueue(framework.group, framework.kind):
+            return None  # Kueue's own integration admits it through runPolicy.suspend
+        owned = list(self.by_owner.get(key, {}).values())
+        if job.status.state in ("Succeeded", "Failed"):
+            await self._finish(key, job, owned)
+            return None
+        try:
+            pod_sets = tuple(job_pod_sets(job, framework, desired))
+        except WorkloadBuildError as exc:
+            return Admission.waiting("InvalidWorkload", str(exc))
+        state = JobState(job, pod_sets,
+                         active=any(p.phase in _ACTIVE for p in pods),
+                         pods_ready=job.status.state == "Running")
+        prebuilt = prebuilt_workload_name(job)
+        step = decide(state, owned, self.flavors, self.classes(), datetime.now(UTC),
+                      prebuilt=self.by_name.get((job.namespace, prebuilt)) if prebuilt
+                      else None, settings=self.settings)
+        if step.action is not None:
+            await self._perform(key, job.namespace, step.action)
+        for reason, message in step.events:
+            await self.events.emit(job, "Normal", reason, message)
+        if step.retry:
+            self._enqueue_after(key, RETRY_SECONDS)
+        return step.admission
+
+    async def _finish(self, key: str, job: Job, owned: Sequence[Workload]) -> None:
+        """A finished job: its Workload Finished (Succeeded or Failed, with the job's
+        message; reconciler.go:484), then Kueue's finalizer removed (440). Done here rather
+        than by `decide`, which needs the job's pod sets, and a finished job keeps no
+        rendering."""
+        succeeded = job.status.state == "Succeeded"
+        cond = next((c for c in job.status.conditions if c.type.value == job.status.state), None)
+        message = cond.message if cond is not None else job.status.state
+        for wl in owned:
+            owner = wl.metadata.controller()
+            if owner is None or owner.uid != job.metadata.uid:
+                continue
+            if not wl.is_true(k.COND_FINISHED):
+                conditions = finished_conditions(wl, "Succeeded" if succeeded else "Failed",
+                                                 message, datetime.now(UTC))
+                await self._perform(key, job.namespace, PatchWorkload(
+                    wl.metadata.name, status_patch(wl, conditions), "status"))
+                await self.events.emit(job, "Normal", "FinishedWorkload",
+                                       f"Workload '{job.namespace}/{wl.metadata.name}' is "
+                                       "declared finished")
+            elif k.FINALIZER_RESOURCE_IN_USE in wl.metadata.finalizers:
+                rest = [f for f in wl.metadata.finalizers if f != k.FINALIZER_RESOURCE_IN_USE]
+                await self._perform(key, job.namespace, PatchWorkload(wl.metadata.name, {
+                    "metadata": {"resourceVersion": wl.metadata.resource_version,
+                                 "finalizers": rest}}))
+
+    async def orphans(self, key: str) -> None:
+        """The job of `key` is gone: finalize its Workloads (one write each per pass; the
+        Workload's next event brings the next)."""
+        namespace = key.split("/")[1]
+        for wl in list(self.by_owner.get(key, {}).values()):
+            action = finalize_orphan(wl, datetime.now(UTC))
+            if action is not None:
+                await self._perform(key, namespace, action)
+
+    async def _perform(self, key: str, namespace: str, action: Action) -> None:
+        """The step's one API call. A conflict (the Workload changed, or the informer has not
+        shown it yet) or a Workload already gone runs the pass again on fresher data."""
+        try:
+            if isinstance(action, CreateWorkload):
+                await self.kube.create(WORKLOADS, namespace, action.manifest)
+            elif isinstance(action, PatchWorkload):
+                await self.kube.request("PATCH", WORKLOADS.url(namespace, action.name,
+                                                               action.subresource),
+                                        action.patch,
+                                        content_type="application/merge-patch+json")
+            elif isinstance(action, DeleteWorkloads):
+                for wl in action.workloads:
+                    await self._delete(namespace, wl)
+        except (ApiConflict, ApiNotFound) as exc:
+            log.info("Workload write for %s: %s; reconciling again", key, exc)
+            self._enqueue_after(key, RETRY_SECONDS)
+        except ApiError as exc:
+            raise exc.temporary() from None
+
+    async def _delete(self, namespace: str, wl: Workload) -> None:
+        """workload.Delete: Kueue's finalizer removed, then the Workload deleted."""
+        if k.FINALIZER_RESOURCE_IN_USE in wl.metadata.finalizers:
+            rest = [f for f in wl.metadata.finalizers if f != k.FINALIZER_RESOURCE_IN_USE]
+            await self.kube.request("PATCH", WORKLOADS.url(namespace, wl.metadata.name), {
+                "metadata": {"resourceVersion": wl.metadata.resource_version,
+                             "finalizers": rest}}, content_type="application/merge-patch+json")
+        if not wl.metadata.deletion_timestamp:
+            with contextlib.suppress(ApiNotFound):
+                await self.kube.delete(WORKLOADS, namespace, wl.metadata.name)
+
+    # Status -----------------------------------------------------------------------------
+
+    def with_workload(self, key: str, uid: str, status: JobStatus) -> JobStatus:
+        """`status` with the job's Workload in `ownedObjects` (its phase and Kueue's words),
+        what `trainjobs status` and `kubectl get -o yaml` show."""
+        reports = [o for o in status.owned_objects or [] if o.kind != "Workload"]
+        for wl in sorted(self.by_owner.get(key, {}).values(), key=lambda w: w.metadata.name):
+            owner = wl.metadata.controller()
+            if owner is None or owner.uid != uid:
+                continue
+            phase, message = workload_phase(wl)
+            reports.append(OwnedObjectStatus(kind="Workload", name=wl.metadata.name,
+                                             phase=phase, message=message[:1000]))
+        if reports == (status.owned_objects or []):
+            return status
+        return status.model_copy(update={"owned_objects": reports or None})
