@@ -10,6 +10,8 @@ Kueue, so it finds Kueue's Workload API at start.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from tests.integration.operator_helpers import (
     wait_for,
 )
 from trainjobs.testing import (
+    ClusterOptions,
     ControlPlane,
     Kueue,
     create_cluster_queue,
@@ -52,14 +55,16 @@ class Queue:
     low: str
     high: str
     operator: Operator
+    nodes: list[str]
 
     def tfjob(self, name: str, cpu: str, run: str = "3s", workers: int = 1,
-              priority: str | None = None, **extra: Any) -> dict[str, Any]:
+              priority: str | None = None, exit_code: int | None = 0,
+              **extra: Any) -> dict[str, Any]:
         labels = {QUEUE_LABEL: "queue"}
         if priority:
             labels[PRIORITY_LABEL] = priority
         manifest = job("TfJob", name, {"Worker": replica(
-            "TfJob", workers, exit_code=0, run=run,
+            "TfJob", workers, exit_code=exit_code, run=run,
             resources={"requests": {"cpu": cpu}}, **extra)})
         manifest["metadata"]["labels"] = labels
         return self.ns.create(manifest)
@@ -87,11 +92,18 @@ def queue(kube_cluster: ControlPlane, kueue: Kueue, bare_ns: Namespace,
           operators: Operators) -> Iterator[Queue]:
     """A ClusterQueue of 4 CPU in one flavor, preempting lower priorities within it, the
     LocalQueue ``queue`` in the test's namespace, priority classes low and high, and an
-    operator started after them."""
+    operator started after them. The flavor's nodes are two KWOK nodes of the test's own,
+    labelled ``pool=<flavor>`` and tainted so that only pods with the flavor's toleration
+    run there (and no other pod may)."""
     suffix = uuid.uuid4().hex[:8]
     name = f"ko-{suffix}"
     classes = {f"low-{suffix}": 100, f"high-{suffix}": 1000}
-    create_resource_flavor(kube_cluster, name)
+    taint = {"key": "pool", "value": name, "effect": "NoSchedule"}
+    nodes = kube_cluster.add_nodes(ClusterOptions(
+        nodes=2, node_cpu="8", node_prefix=name, node_labels={"pool": name},
+        node_taints=(taint,)))
+    create_resource_flavor(kube_cluster, name, node_labels={"pool": name},
+                           tolerations=[{**taint, "operator": "Equal"}])
     for cls, value in classes.items():
         create_workload_priority_class(kube_cluster, cls, value)
     try:
@@ -99,7 +111,8 @@ def queue(kube_cluster: ControlPlane, kueue: Kueue, bare_ns: Namespace,
                              preemption={"withinClusterQueue": "LowerPriority"})
         create_local_queue(kube_cluster, bare_ns.name, "queue", name)
         operator = operators.start()
-        yield Queue(bare_ns, name, *classes, operator=operator)
+        low, high = classes
+        yield Queue(bare_ns, name, low, high, operator=operator, nodes=nodes)
     finally:
         bare_ns.kubectl("delete", "tfjobs,mxjobs", "--all", "--wait=false", check=False)
         wait_for(lambda: not (bare_ns.get_path(
@@ -110,13 +123,14 @@ def queue(kube_cluster: ControlPlane, kueue: Kueue, bare_ns: Namespace,
                           *(("workloadpriorityclass", c) for c in classes)):
             kube_cluster.kubectl("delete", kind, obj, "--ignore-not-found", "--wait=true",
                                  check=False, timeout=60)
+        kube_cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
 
 
 def test_second_job_waits_for_quota_with_kueues_words_then_runs(queue: Queue) -> None:
     """(a) Two jobs that each need 3 of the 4 CPU: one runs, the other is Queued with no pod
     and Kueue's reason, visible in `kubectl get`, then runs when the first has finished."""
     ns = queue.ns
-    first = queue.tfjob("first", cpu="3", run="6s")
+    first = queue.tfjob("first", cpu="3", exit_code=None)  # runs until ended below
     ns.wait_state("TfJob", "first", "Running", timeout=60)
     second = queue.tfjob("second", cpu="3")
     status = queue.queued("second", "insufficient unused quota")
@@ -133,11 +147,17 @@ def test_second_job_waits_for_quota_with_kueues_words_then_runs(queue: Queue) ->
     assert {"kind": "Workload", "name": wl["metadata"]["name"]}.items() <= next(
         o for o in owned if o["kind"] == "Workload").items(), owned
 
+    assert "insufficient unused quota" in trainjobs_status(ns, "second")
+    assert ns.status("TfJob", "second")["state"] == "Queued"
+    ns.end_pod(pod["metadata"]["name"])
     ns.wait_finished("TfJob", "first", timeout=60)
-    (wl,) = queue.workloads(first["metadata"]["uid"])
+    # Finished reported to the Workload, then Kueue's finalizer taken off (two passes).
+    (wl,) = wait_for(lambda: [w for w in queue.workloads(first["metadata"]["uid"])
+                              if "kueue.x-k8s.io/resource-in-use" not in
+                              w["metadata"].get("finalizers", [])],
+                     "the finished job's Workload to lose its finalizer", timeout=30)
     finished = next(c for c in wl["status"]["conditions"] if c["type"] == "Finished")
     assert finished["status"] == "True" and finished["reason"] == "Succeeded"
-    assert "kueue.x-k8s.io/resource-in-use" not in wl["metadata"].get("finalizers", [])
     status = ns.wait_finished("TfJob", "second", timeout=60)
     assert status["state"] == "Succeeded", status
     queued = condition(status, "Queued")
@@ -159,3 +179,85 @@ def test_job_deleted_while_queued_leaves_no_workload(queue: Queue) -> None:
     ns.kubectl("delete", "tfjob", "big", "--wait=true")
     wait_for(lambda: not queue.workloads(uid), "the deleted job's Workload to go", timeout=60)
     assert not queue.operator.problems()
+
+
+def trainjobs_status(ns: Namespace, name: str) -> str:
+    """`trainjobs status NAME` as a user runs it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "trainjobs.cli", "status", name, "-n", ns.name,
+         "--kubeconfig", str(ns.plane.kubeconfig)],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_high_priority_job_preempts_a_running_low_one_through_kueue(queue: Queue) -> None:
+    """(b) The low job runs; a high one that does not fit beside it makes Kueue preempt it:
+    its pods go, it is Queued, reason Evicted (not Failed, no restart), the high one runs;
+    then the low one is admitted again and succeeds."""
+    ns = queue.ns
+    queue.tfjob("low", cpu="3", priority=queue.low, exit_code=None)
+    ns.wait_state("TfJob", "low", "Running", timeout=60)
+    (before,) = ns.pods("low")
+    queue.tfjob("high", cpu="3", priority=queue.high, exit_code=None)
+    status = queue.queued("low", "Preempted", timeout=60)
+    cond = condition(status, "Queued")
+    assert cond is not None and cond["reason"] == "Evicted", cond
+    assert "Preempted to accommodate a workload" in cond["message"], cond
+    assert "Evicted" in ns.event_reasons("low")
+    wait_for(lambda: not ns.pods("low"), "the low job's pods to go", timeout=30)
+    ns.wait_state("TfJob", "high", "Running", timeout=60)
+    assert "Preempted" in trainjobs_status(ns, "low")
+    assert ns.status("TfJob", "low")["state"] == "Queued" and not ns.pods("low")
+    (high,) = ns.pods("high")
+    ns.end_pod(high["metadata"]["name"])
+    ns.wait_finished("TfJob", "high", timeout=60)
+    ns.wait_state("TfJob", "low", "Running", timeout=60)
+    (again,) = ns.pods("low")
+    assert again["metadata"]["uid"] != before["metadata"]["uid"]
+    ns.end_pod(again["metadata"]["name"])
+    status = ns.wait_finished("TfJob", "low", timeout=60)
+    assert status["state"] == "Succeeded", status
+    worker = status["replicaStatuses"]["Worker"]
+    assert (worker["restarts"], worker["lost"]) == (0, 0), worker
+    assert condition(status, "Failed") is None
+    assert not queue.operator.problems()
+
+
+def test_flavor_node_labels_and_tolerations_land_on_the_pods(queue: Queue) -> None:
+    """(c) The flavor's node label and toleration are on the admitted pods, which bind to
+    the flavor's (tainted) nodes."""
+    ns = queue.ns
+    queue.tfjob("placed", cpu="1", workers=2, run="2s")
+    ns.wait_finished("TfJob", "placed", timeout=60)
+    pods = ns.pods("placed")
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["spec"]["nodeSelector"]["pool"] == queue.flavor
+        assert {"key": "pool", "operator": "Equal", "value": queue.flavor,
+                "effect": "NoSchedule"} in pod["spec"]["tolerations"]
+        assert pod["spec"]["nodeName"] in queue.nodes, pod["spec"].get("nodeName")
+
+
+def test_operator_restarted_mid_admission_makes_no_second_workload(
+        queue: Queue, operators: Operators, kube_cluster: ControlPlane) -> None:
+    """(g) A queued job's operator is killed (SIGKILL) and another starts: the same one
+    Workload, no pod before admission; admitted (the quota raised), it runs once."""
+    ns = queue.ns
+    created = queue.tfjob("waits", cpu="6", run="2s")
+    queue.queued("waits", "insufficient quota")
+    uid = created["metadata"]["uid"]
+    (first,) = queue.workloads(uid)
+    queue.operator.kill()
+    restarted = operators.start(name="restarted")
+    wait_for(lambda: restarted.logged("caches synced"), "the new operator to sync", timeout=60)
+    assert [w["metadata"]["uid"] for w in queue.workloads(uid)] == [first["metadata"]["uid"]]
+    assert not ns.pods("waits")
+    kube_cluster.kubectl("patch", "clusterqueue", queue.flavor, "--type=json", "-p", json.dumps(
+        [{"op": "replace", "path": "/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota",
+          "value": "8"}]))
+    status = ns.wait_finished("TfJob", "waits", timeout=60)
+    assert status["state"] == "Succeeded", status
+    assert [w["metadata"]["uid"] for w in queue.workloads(uid)] == [first["metadata"]["uid"]]
+    assert sum(1 for n in ns.scheduled() if n.startswith("waits-")) == 1
+    assert not restarted.problems()
