@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainjobs.api.models import GROUP, MAX_REPLICAS
+from trainjobs.api.models import GROUP, MANAGED_BY_MULTIKUEUE, MAX_REPLICAS
 from trainjobs.api.podtemplate import crd_template_schema
 from trainjobs.core.validation import MAX_NAME_LENGTH, elastic_refusal
 from trainjobs.plugin.manager import PluginManager
@@ -270,8 +270,47 @@ def spec_schema(framework: Framework) -> dict[str, Any]:
         # Another project's clients read runPolicy as always there (Kubeflow's defaulting
         # webhook wrote it; its SDK refuses an MXJob without one): the API server fills it.
         schema["properties"]["runPolicy"]["default"] = {}
+    schema["x-kubernetes-validations"] = managed_by_rules(schema)
     schema["description"] = framework.description
     return schema
+
+
+def managed_by_rules(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """CEL transition rules on the spec: `managedBy` (and a Kubeflow kind's
+    `runPolicy.managedBy`, when its schema has one) can be neither set, changed nor removed
+    after creation, as batch/v1's and training-operator's: two controllers must never both
+    think a job theirs. Both set, they must name the same kind of manager."""
+    paths = ["managedBy"]
+    run_policy = spec["properties"].get("runPolicy", {})
+    if "managedBy" in run_policy.get("properties", {}):
+        paths.append("runPolicy.managedBy")
+    rules = []
+    for path in paths:
+        parent, _, leaf = path.rpartition(".")
+
+        def present(obj: str, parent: str = parent, leaf: str = leaf) -> str:
+            if not parent:
+                return f"has({obj}.{leaf})"
+            return f"(has({obj}.{parent}) && has({obj}.{parent}.{leaf}))"
+
+        rules.append({
+            "rule": f"{present('self')} == {present('oldSelf')} && "
+                    f"(!{present('self')} || self.{path} == oldSelf.{path})",
+            "message": f"spec.{path} is immutable: it cannot be set, changed or removed after "
+                       "the job is created (delete and recreate the job to hand it to another "
+                       "controller)",
+            "reason": "FieldValueForbidden",
+        })
+    if len(paths) == 2:
+        multi = f"'{MANAGED_BY_MULTIKUEUE}'"
+        rules.append({
+            "rule": "!has(self.managedBy) || !has(self.runPolicy) || "
+                    "!has(self.runPolicy.managedBy) || "
+                    f"(self.managedBy == {multi}) == (self.runPolicy.managedBy == {multi})",
+            "message": "spec.managedBy and spec.runPolicy.managedBy name different managers: "
+                       "set one of them",
+        })
+    return rules
 
 
 def _in_field(rules: list[dict[str, str]], field_name: str) -> list[dict[str, str]]:

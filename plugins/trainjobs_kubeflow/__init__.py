@@ -42,6 +42,7 @@ from trainjobs.plugin import (
     ReplicaOutcome,
     ReplicaSpec,
     ReplicaType,
+    RunPolicy,
     SpecError,
     TensorBoard,
     TensorBoardSpec,
@@ -49,6 +50,7 @@ from trainjobs.plugin import (
 )
 
 __all__ = ["GROUP", "KUBEFLOW_LABELS", "MXJOB", "SERVED", "TFJOB", "KubeflowJobStatus",
+           "KubeflowRunPolicy",
            "MXJobSpec", "ServedKind", "TFJobSpec", "canonical_keys", "kubeflow_labels",
            "latest_time", "plugin"]
 
@@ -81,6 +83,19 @@ def canonical_keys(data: Any, field: str, types: Sequence[str]) -> Any:
     return {**data, name: out}
 
 
+class KubeflowRunPolicy(RunPolicy):
+    """Kubeflow's RunPolicy: trainjobs' plus `managedBy` (training-operator v1.9), which Kueue's
+    own kubeflow integration reads and clears for MultiKueue."""
+
+    managed_by: Literal["kubeflow.org/training-operator", "trainjobs.io/operator",
+                        "kueue.x-k8s.io/multikueue"] | None = Field(
+        default=None,
+        description="The controller that reconciles the job: absent, "
+                    "kubeflow.org/training-operator or trainjobs.io/operator (this operator), "
+                    "kueue.x-k8s.io/multikueue (Kueue's MultiKueue runs it in a worker "
+                    "cluster; this cluster's operator leaves it alone). Immutable.")
+
+
 class TFJobSpec(JobSpec):
     """Kubeflow's TFJobSpec (kubeflow.org/v1)."""
 
@@ -89,6 +104,7 @@ class TFJobSpec(JobSpec):
     def _canonical_types(cls, data: Any) -> Any:
         return canonical_keys(data, "tfReplicaSpecs", TF_TYPES)
 
+    run_policy: KubeflowRunPolicy = Field(default_factory=KubeflowRunPolicy)
     replica_specs: dict[str, ReplicaSpec] = Field(
         alias="tfReplicaSpecs",
         description="Replica specs keyed by replica type: Chief (or Master), Worker, PS, "
@@ -111,6 +127,7 @@ class MXJobSpec(JobSpec):
     def _canonical_types(cls, data: Any) -> Any:
         return canonical_keys(data, "mxReplicaSpecs", MX_TYPES)
 
+    run_policy: KubeflowRunPolicy = Field(default_factory=KubeflowRunPolicy)
     replica_specs: dict[str, ReplicaSpec] = Field(
         alias="mxReplicaSpecs",
         description="Replica specs keyed by replica type: Scheduler, Server, Worker.")

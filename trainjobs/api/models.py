@@ -20,6 +20,8 @@ __all__ = [
     "API_VERSION",
     "DEFAULT_MAX_REPLICAS_PER_JOB",
     "GROUP",
+    "MANAGED_BY_MULTIKUEUE",
+    "MANAGED_BY_OPERATOR",
     "MAX_DURATION_SECONDS",
     "MAX_REPLICAS",
     "VERSION",
@@ -30,6 +32,7 @@ __all__ = [
     "Job",
     "JobSpec",
     "JobStatus",
+    "ManagedBy",
     "ObjectMeta",
     "OwnedObjectStatus",
     "ReplicaSpec",
@@ -38,6 +41,7 @@ __all__ = [
     "RunPolicy",
     "SchedulingPolicy",
     "SpecModel",
+    "job_manager",
 ]
 
 GROUP = "trainjobs.io"
@@ -56,6 +60,32 @@ DEFAULT_MAX_REPLICAS_PER_JOB = 2000
 #: Longest duration, in seconds, a spec may ask for (100 years): beyond any training run, and
 #: far inside what a datetime holds (year 9999), so a deadline or a TTL never overflows.
 MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600
+#: `spec.managedBy` of a job this operator reconciles (absent means the same).
+MANAGED_BY_OPERATOR = "trainjobs.io/operator"
+#: `spec.managedBy` of a job Kueue's MultiKueue dispatches to a worker cluster: the operator
+#: of the cluster it was created in leaves it alone; the worker's copy has no managedBy.
+MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+#: Every other value is refused (the CRD's enum), as batch/v1 and Kubeflow refuse theirs.
+ManagedBy = Literal["trainjobs.io/operator", "kueue.x-k8s.io/multikueue"]
+#: Names that mean "the job operator" in a served kind's `runPolicy.managedBy`: Kubeflow's
+#: own (training-operator v1.9's KubeflowJobsController), which trainjobs stands in for.
+_THIS_OPERATOR = frozenset({MANAGED_BY_OPERATOR, "kubeflow.org/training-operator"})
+
+
+def job_manager(spec: Any) -> str:
+    """Who reconciles a job, from its raw `spec`: MANAGED_BY_OPERATOR, or the controller
+    named by `spec.managedBy` or (a Kubeflow kind's) `spec.runPolicy.managedBy`.
+
+    Why on the raw spec: the operator must leave another controller's job alone before
+    validating it (an invalid job must not get a Failed status the other controller owns)."""
+    if not isinstance(spec, dict):
+        return MANAGED_BY_OPERATOR
+    run_policy = spec.get("runPolicy")
+    for value in (spec.get("managedBy"),
+                  run_policy.get("managedBy") if isinstance(run_policy, dict) else None):
+        if isinstance(value, str) and value and value not in _THIS_OPERATOR:
+            return value
+    return MANAGED_BY_OPERATOR
 
 
 class SpecModel(BaseModel):
@@ -180,6 +210,17 @@ class JobSpec(SpecModel):
     replica_specs: dict[str, ReplicaSpec] = Field(
         description="Replica specs keyed by replica type (each kind's CRD lists its own)."
     )
+    managed_by: ManagedBy | None = Field(
+        default=None,
+        description=f"The controller that reconciles the job: absent or {MANAGED_BY_OPERATOR} "
+                    f"(this operator), {MANAGED_BY_MULTIKUEUE} (Kueue's MultiKueue runs it in "
+                    "a worker cluster; this cluster's operator leaves it alone). Immutable.")
+
+    def manager(self) -> str:
+        """Who reconciles the job (see :func:`job_manager`)."""
+        run_policy = getattr(self.run_policy, "managed_by", None)
+        return job_manager({"managedBy": self.managed_by,
+                            "runPolicy": {"managedBy": run_policy}})
 
 
 class ConditionType(StrEnum):

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from trainjobs.api.models import Job
+from trainjobs.api.models import MANAGED_BY_MULTIKUEUE, MANAGED_BY_OPERATOR, Job
 from trainjobs.client.aio import AsyncClient, finish_message
 from trainjobs.client.errors import (
     ClientError,
@@ -104,6 +104,11 @@ async def _status(client: AsyncClient, args: argparse.Namespace) -> int:
     since = job.status.start_time or job.metadata.creation_timestamp
     print(f"{job.kind} {job.name} (namespace {job.namespace}): {state}"
           + (f", started {_age(since)} ago" if since else ""))
+    manager = job.spec.manager()
+    if manager != MANAGED_BY_OPERATOR:
+        print(f"  managed by {manager} (spec.managedBy): this cluster's operator leaves it "
+              "alone" + (": Kueue's MultiKueue runs it in a worker cluster and copies that "
+                         "copy's status here" if manager == MANAGED_BY_MULTIKUEUE else ""))
     message = finish_message(job)
     if message:
         print(f"  {message}")

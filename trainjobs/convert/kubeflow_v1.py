@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from trainjobs.api.models import MANAGED_BY_MULTIKUEUE, MANAGED_BY_OPERATOR
 from trainjobs.convert.base import Conversion, job_document, move_template_restart_policy
 
 __all__ = ["KINDS", "convert_kubeflow"]
@@ -38,6 +39,16 @@ def convert_kubeflow(doc: dict[str, Any], conv: Conversion, source_kind: str) ->
     spec: dict[str, Any] = {}
     run_policy = _run_policy(raw, conv)
     spec["runPolicy"] = run_policy
+    manager = (raw.get("runPolicy") or {}).get("managedBy") \
+        if isinstance(raw.get("runPolicy"), dict) else None
+    if manager == MANAGED_BY_MULTIKUEUE:
+        spec["managedBy"] = manager
+        conv.changed("spec.runPolicy.managedBy", "moved to spec.managedBy")
+    elif manager in ("kubeflow.org/training-operator", MANAGED_BY_OPERATOR):
+        conv.dropped("spec.runPolicy.managedBy", "the job operator (trainjobs) is the default")
+    elif manager is not None:
+        conv.refuse("spec.runPolicy.managedBy", f"{manager!r}: the managers are "
+                    f"kubeflow.org/training-operator and {MANAGED_BY_MULTIKUEUE}")
     spec["replicaSpecs"] = _replica_specs(raw.get(field_name), f"spec.{field_name}", types,
                                           conv)
     handled = {field_name, "runPolicy", *RUN_POLICY_FIELDS}
@@ -73,7 +84,7 @@ def _run_policy(raw: dict[str, Any], conv: Conversion) -> dict[str, Any]:
         for key in sorted(set(scheduling) - set(SCHEDULING_FIELDS)):
             conv.refuse(f"spec.runPolicy.schedulingPolicy.{key}", "unknown schedulingPolicy "
                         f"field (Kubeflow's are {', '.join(SCHEDULING_FIELDS)})")
-    for key in sorted(set(policy) - set(RUN_POLICY_FIELDS)):
+    for key in sorted(set(policy) - set(RUN_POLICY_FIELDS) - {"managedBy"}):
         conv.refuse(f"spec.runPolicy.{key}", "unknown runPolicy field")
     return {k: policy[k] for k in RUN_POLICY_FIELDS if k in policy}
 

@@ -20,11 +20,13 @@ from typing import Any, TypeVar
 
 from trainjobs.api.models import (
     DEFAULT_MAX_REPLICAS_PER_JOB,
+    MANAGED_BY_OPERATOR,
     Job,
     JobSpec,
     JobStatus,
     ObjectMeta,
     OwnedObjectStatus,
+    job_manager,
 )
 from trainjobs.core.indexes import parse_indexes
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
@@ -309,6 +311,15 @@ class Controller:
                 await self.kueue.orphans(key)  # a Workload whose job is gone
             return
         entry = mem.entry
+        manager = job_manager(entry.raw.get("spec"))
+        if manager != MANAGED_BY_OPERATOR:
+            # Another controller's job (spec.managedBy, immutable): no pod, Service, PodGroup,
+            # Workload or status write, whatever its spec says (issue 26). Said once per job.
+            if not mem.managed_elsewhere:
+                mem.managed_elsewhere = True
+                log.info("%s is managed by %s (spec.managedBy): this operator leaves it alone",
+                         key, manager)
+            return
         parsed = await self._parse(key, mem)
         status = JobStatus.model_validate(entry.raw.get("status") or {})
         if parsed.job is None:

@@ -89,3 +89,5 @@ class JobMemory:
     owed: tuple[int, frozenset[str]] | None = None
     # Creates held by a quota's refusal; None while none is.
     gate: CreateGate | None = None
+    # Its spec.managedBy names another controller, and the operator has said so in its log.
+    managed_elsewhere: bool = False

@@ -7,7 +7,15 @@ deliberate decision recorded in docs/plugins.md, whenever this surface does (the
 pins the surface in a snapshot).
 """
 
-from trainjobs.api.models import Condition, Job, JobSpec, JobStatus, ReplicaSpec, SpecModel
+from trainjobs.api.models import (
+    Condition,
+    Job,
+    JobSpec,
+    JobStatus,
+    ReplicaSpec,
+    RunPolicy,
+    SpecModel,
+)
 from trainjobs.errors import PluginError, SpecError
 from trainjobs.plugin.base import FrameworkPlugin
 from trainjobs.plugin.capabilities import (
@@ -59,6 +67,7 @@ __all__ = [
     "ReplicaPhase",
     "ReplicaSpec",
     "ReplicaType",
+    "RunPolicy",
     "SpecError",
     "SpecModel",
     "TensorBoard",
