@@ -465,6 +465,13 @@ class Recorder:
         self._record("trainjobs_adjust_pod", job=job, replica=replica, pod=pod, ctx=ctx)
 
     @hookspecs.hookimpl
+    def trainjobs_adjust_service(self, job: Job, replica: Replica, service: dict[str, Any],
+                                 ctx: RenderContext) -> None:
+        self._record("trainjobs_adjust_service", job=job, replica=replica, service=service,
+                     ctx=ctx)
+        service["metadata"]["labels"]["example.com/seen"] = "yes"
+
+    @hookspecs.hookimpl
     def trainjobs_extra_objects(self, job: Job,
                                 ctx: RenderContext) -> Sequence[dict[str, Any]] | None:
         self._record("trainjobs_extra_objects", job=job, ctx=ctx)
@@ -537,6 +544,10 @@ def test_every_hook_is_called_through_the_manager() -> None:
     assert {c["ctx"].backend for c in calls["trainjobs_replica_env"]} == {"kubernetes"}
     assert [c["pod"]["metadata"]["name"] for c in calls["trainjobs_adjust_pod"]] == list(
         rendered.pods)
+    assert [c["service"]["metadata"]["name"] for c in calls["trainjobs_adjust_service"]] == \
+        list(rendered.services)
+    assert all(s["metadata"]["labels"]["example.com/seen"] == "yes"
+               for s in rendered.services.values())
     assert len(calls["trainjobs_extra_objects"]) == 1
     assert calls["trainjobs_job_succeeded"] == [
         {"job": job, "framework": framework, "outcomes": outcomes}]

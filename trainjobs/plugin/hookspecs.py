@@ -8,16 +8,18 @@ Hooks run in this fixed order (the order of this module; docs/plugins.md has the
 3. `trainjobs_adjust_pod` — for each replica: edits to the pod the core built.
 4. `trainjobs_replica_env` — for each replica, right after its pod's edits: environment
    variables to inject.
-5. `trainjobs_extra_objects` — for each job, after its pods: further objects the job owns.
-6. `trainjobs_job_succeeded` — on every reconcile of a running job: the kind's success rule.
-7. `trainjobs_owned_resources` — once when the operator starts: kinds of extra objects it must
+5. `trainjobs_adjust_service` — for each replica, after its pod: labels and annotations of its
+   headless Service (since 1.10).
+6. `trainjobs_extra_objects` — for each job, after its pods: further objects the job owns.
+7. `trainjobs_job_succeeded` — on every reconcile of a running job: the kind's success rule.
+8. `trainjobs_owned_resources` — once when the operator starts: kinds of extra objects it must
    watch (since 1.3).
-8. `trainjobs_object_status` — on every reconcile, for each watched extra object: what it
+9. `trainjobs_object_status` — on every reconcile, for each watched extra object: what it
    reports, for the job's status (since 1.3).
-9. `trainjobs_adjust_status` — whenever the operator writes a job's status: fields another
+10. `trainjobs_adjust_status` — whenever the operator writes a job's status: fields another
    project's clients read (since 1.8).
 
-Steps 3-5 are one rendering of the job. Validation renders it too, with placeholder
+Steps 3-6 are one rendering of the job. Validation renders it too, with placeholder
 Kubernetes addresses, so environment collisions are refused before anything runs.
 
 Rules every implementation follows (reconcile runs again and again on the same job):
@@ -91,6 +93,20 @@ def trainjobs_adjust_pod(
 
 
 @hookspec
+def trainjobs_replica_env(
+    job: Job, replica: Replica, ctx: RenderContext
+) -> ReplicaEnv | None:
+    """Environment variables for one replica's containers.
+
+    `ctx.cluster` holds every replica's address. The variables go into the framework's
+    container, or every container with `ReplicaEnv(all_containers=True)`, before the
+    template's own. Two plugins setting the same variable is an error; a user's variable of the
+    same name in the template refuses the job.
+    """
+    raise NotImplementedError
+
+
+@hookspec
 def trainjobs_adjust_service(
     job: Job, replica: Replica, service: dict[str, Any], ctx: RenderContext
 ) -> None:
@@ -101,20 +117,6 @@ def trainjobs_adjust_service(
     its users wrote: the Kubeflow plugin's `training.kubeflow.org/*`); do not rename the
     Service nor change its selector, ports or the core's labels. Runs in plugin load order;
     must be idempotent (the core rebuilds it every time).
-    """
-    raise NotImplementedError
-
-
-@hookspec
-def trainjobs_replica_env(
-    job: Job, replica: Replica, ctx: RenderContext
-) -> ReplicaEnv | None:
-    """Environment variables for one replica's containers.
-
-    `ctx.cluster` holds every replica's address. The variables go into the framework's
-    container, or every container with `ReplicaEnv(all_containers=True)`, before the
-    template's own. Two plugins setting the same variable is an error; a user's variable of the
-    same name in the template refuses the job.
     """
     raise NotImplementedError
 
