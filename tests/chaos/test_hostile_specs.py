@@ -79,7 +79,13 @@ class HostileRun:
         return 0
 
     def status(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The job's status; for a job already gone (``ttlSecondsAfterFinished`` 0 deletes
+        it as soon as it ends, possibly before a poll reads it), the last version the status
+        watch saw."""
         found = self.env.ns.job(kind, name)
+        if found is None:
+            with self.watch._lock:
+                found = self.watch.latest.get((kind, name))
         return None if found is None else found.get("status") or {}
 
     def add(self, manifest: dict[str, Any]) -> None:
