@@ -14,6 +14,8 @@ component that died on its own (the pytest plugin fails the test that saw it).
 ``ClusterOptions(kueue=KueueOptions())`` (or ``Kueue.start(plane)``, the pytest fixture
 ``kueue``) adds Kueue v0.19.2 with its CRDs and webhooks; ``create_cluster_queue`` and the
 other functions of ``_kueue_objects`` build its queues and read Workloads.
+``MultiCluster.start(workdir)`` (the fixture ``multi_cluster``) runs a MultiKueue manager and
+workers, each a whole control plane with Kueue, connected as MultiKueue needs.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ from trainjobs.testing._kueue_objects import (
     workload_conditions,
     workloads_owned_by,
 )
+from trainjobs.testing._multicluster import (
+    MULTIKUEUE_CONTROLLER,
+    MultiCluster,
+    MultiClusterOptions,
+    QueueNames,
+)
 from trainjobs.testing._state import stop_control_plane
 
 __all__ = [
@@ -74,6 +82,7 @@ __all__ = [
     "K8S_VERSION",
     "KUEUE_VERSION",
     "KWOK_VERSION",
+    "MULTIKUEUE_CONTROLLER",
     "QUEUE_LABEL",
     "RUN_DURATION_ANNOTATION",
     "WORKLOAD_PRIORITY_CLASS_LABEL",
@@ -84,8 +93,11 @@ __all__ = [
     "Kueue",
     "KueueObjectError",
     "KueueOptions",
+    "MultiCluster",
+    "MultiClusterOptions",
     "PodHistory",
     "PodWrite",
+    "QueueNames",
     "WaitForPodsReady",
     "WorkloadCondition",
     "agent_of",

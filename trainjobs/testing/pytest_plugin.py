@@ -23,6 +23,13 @@ Fixtures:
     errors the test (never a skip) with its log; one that dies fails the test like any
     component of ``kube_cluster``. Built, when missing, right after collection.
 
+``multi_cluster`` (module)
+    A started :class:`trainjobs.testing.MultiCluster` for Kueue's MultiKueue: a manager and
+    workers, each a whole control plane with Kueue, connected by MultiKueueClusters, a
+    MultiKueueConfig and an AdmissionCheck (all Active). Module scope: three control planes
+    are heavy on a small machine, so they stop after the module that used them. Options:
+    the session fixture ``multi_cluster_options``. Errors (never skips) when it cannot start.
+
 A component of ``kube_cluster`` that dies (e.g. kube-scheduler exiting after an API server
 restart, which leaves every new pod Pending) fails the test during which it died, at teardown,
 with the component's name, exit status and log tail; the next test using the cluster errors
@@ -48,6 +55,7 @@ from trainjobs.testing._binaries import find_binaries
 from trainjobs.testing._controlplane import ClusterOptions, ControlPlane
 from trainjobs.testing._errors import ControlPlaneError
 from trainjobs.testing._kueue import Kueue, KueueOptions, find_kueue
+from trainjobs.testing._multicluster import MultiCluster, MultiClusterOptions
 
 _LOGS_DIR = pytest.StashKey[Path]()
 _BIN_DIR = pytest.StashKey[Path | ControlPlaneError]()
@@ -58,7 +66,8 @@ _KUEUE_BUILD = pytest.StashKey[ControlPlaneError]()
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
-    if not any("kube_cluster" in getattr(item, "fixturenames", ()) for item in session.items):
+    if not any({"kube_cluster", "multi_cluster"} & set(getattr(item, "fixturenames", ()))
+               for item in session.items):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
@@ -67,7 +76,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         session.config.stash[_BIN_DIR] = find_binaries()
     except ControlPlaneError as exc:  # reported by every test that uses the cluster
         session.config.stash[_BIN_DIR] = exc
-    if any("kueue" in getattr(item, "fixturenames", ()) for item in session.items):
+    if any({"kueue", "multi_cluster"} & set(getattr(item, "fixturenames", ()))
+           for item in session.items):
         if reporter is not None:
             reporter.write_line("kueue: finding Kueue (a first run builds)")
         try:
@@ -121,6 +131,32 @@ def kueue(request: pytest.FixtureRequest, kube_cluster: ControlPlane,
     finally:
         kube_cluster.kueue = None
         started.stop()
+
+
+@pytest.fixture(scope="session")
+def multi_cluster_options() -> MultiClusterOptions:
+    """Options for ``multi_cluster``; override this fixture to change them."""
+    return MultiClusterOptions()
+
+
+@pytest.fixture(scope="module")
+def multi_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  multi_cluster_options: MultiClusterOptions) -> Iterator[MultiCluster]:
+    """A MultiKueue manager and its workers (see the module docstring); stopped after the
+    module."""
+    bin_dir = request.config.stash.get(_BIN_DIR, None)
+    if isinstance(bin_dir, ControlPlaneError):
+        raise bin_dir
+    failed = request.config.stash.get(_KUEUE_BUILD, None)
+    if failed is not None:
+        raise failed
+    workdir = tmp_path_factory.mktemp("multi-cluster")
+    request.config.stash[_LOGS_DIR] = workdir
+    clusters = MultiCluster.start(workdir, multi_cluster_options, bin_dir=bin_dir)
+    try:
+        yield clusters
+    finally:
+        clusters.stop()
 
 
 @pytest.fixture(autouse=True)

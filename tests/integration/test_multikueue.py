@@ -1,0 +1,172 @@
+"""Kueue's MultiKueue across real clusters (issue 26.3), proven first with Kueue's built-in
+``batch/v1`` Job integration and Kubernetes' own Job controller (no trainjobs operator): the
+harness (``multi_cluster``: a manager and two workers, each a whole control plane with Kueue
+v0.19.2) is right when a Job created in the manager runs in a worker only and its status in
+the manager follows it to Complete, and when, one worker full, it runs on the other.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.operator_helpers import wait_for
+from trainjobs.testing import (
+    EXIT_CODE_ANNOTATION,
+    MULTIKUEUE_CONTROLLER,
+    QUEUE_LABEL,
+    RUN_DURATION_ANNOTATION,
+    ControlPlane,
+    MultiCluster,
+    QueueNames,
+    condition_true,
+    wait_for_workload,
+    workload_condition,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.multikueue]
+
+
+def batch_job(name: str, queue: str, cpu: str, run: str) -> dict[str, Any]:
+    """A one-pod Job in LocalQueue ``queue`` whose pod asks ``cpu`` and succeeds after
+    ``run`` on a KWOK node."""
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
+        "spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {EXIT_CODE_ANNOTATION: "0",
+                                             RUN_DURATION_ANNOTATION: run}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "busybox",
+                    "resources": {"requests": {"cpu": cpu}}}]},
+            },
+        },
+    }
+
+
+def create(plane: ControlPlane, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    created: dict[str, Any] = json.loads(plane.kubectl(
+        "create", "-n", namespace, "-o", "json", "-f", "-", input=json.dumps(obj)).stdout)
+    return created
+
+
+def get(plane: ControlPlane, namespace: str, *what: str) -> dict[str, Any] | None:
+    out = plane.kubectl("get", "-n", namespace, "-o", "json", *what, check=False)
+    if out.returncode != 0:
+        if "NotFound" in out.stderr:
+            return None
+        raise AssertionError(out.stderr)
+    got: dict[str, Any] = json.loads(out.stdout)
+    return got
+
+
+def pods_of(plane: ControlPlane, namespace: str, job: str) -> list[dict[str, Any]]:
+    found = get(plane, namespace, "pods", "-l", f"batch.kubernetes.io/job-name={job}")
+    return list((found or {}).get("items") or [])
+
+
+def job_condition(job: dict[str, Any] | None, type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True"
+               for c in ((job or {}).get("status") or {}).get("conditions") or [])
+
+
+@pytest.fixture
+def queues(multi_cluster: MultiCluster) -> Iterator[QueueNames]:
+    """A namespace in every cluster; a ClusterQueue of 8 CPUs in the manager (with the
+    MultiKueue AdmissionCheck) and of 4 in each worker, and LocalQueue ``queue``."""
+    namespace = f"mk-{uuid.uuid4().hex[:8]}"
+    multi_cluster.create_namespace(namespace)
+    names = multi_cluster.create_queues(namespace, manager_quota={"cpu": "8"},
+                                        worker_quotas={"cpu": "4"},
+                                        prefix=namespace)
+    try:
+        yield names
+    finally:
+        for plane in multi_cluster.planes:
+            plane.kubectl("delete", "jobs", "--all", "-n", namespace, "--cascade=foreground",
+                          "--wait=true", check=False, timeout=90)
+        multi_cluster.delete_queues(names)
+        multi_cluster.delete_namespace(namespace)
+        multi_cluster.check_alive()
+
+
+def _running_in(multi_cluster: MultiCluster, namespace: str, name: str) -> str | None:
+    """The worker in which a pod of Job ``name`` runs or ran, if any."""
+    for worker, plane in multi_cluster.workers.items():
+        if any(p["status"].get("phase") in ("Running", "Succeeded")
+               for p in pods_of(plane, namespace, name)):
+            return worker
+    return None
+
+
+def test_a_job_created_in_the_manager_runs_in_a_worker(multi_cluster: MultiCluster,
+                                                       queues: QueueNames) -> None:
+    """Scenario a with batch/v1: Kueue's webhook in the manager marks the Job managed by
+    MultiKueue, the manager's Workload is admitted once a worker reserved quota, the Job
+    runs there (pods there, none in the manager) and the manager's Job status follows it to
+    Complete."""
+    ns = queues.namespace
+    manager = multi_cluster.plane("manager")
+    job = create(manager, ns, batch_job("hello", queues.local_queue, "1", "4s"))
+    assert job["spec"]["managedBy"] == MULTIKUEUE_CONTROLLER
+    uid = job["metadata"]["uid"]
+    workload = wait_for_workload(
+        manager, ns, uid, lambda wl: condition_true(wl, "Admitted"),
+        "the manager's Workload to be admitted through MultiKueue", timeout=90)
+    checks = {c["name"]: c for c in workload["status"].get("admissionChecks") or []}
+    assert checks[multi_cluster.admission_check]["state"] == "Ready", checks
+    worker = wait_for(lambda: _running_in(multi_cluster, ns, "hello"),
+                      "the Job's pod to run in a worker", timeout=90)
+    # MultiKueue names the worker that holds it on the Workload (the AdmissionCheck's message
+    # and status.clusterName).
+    assert workload["status"].get("clusterName") in (worker, None), workload["status"]
+    remote = get(multi_cluster.workers[worker], ns, "job", "hello")
+    assert remote is not None and "managedBy" not in remote["spec"], remote
+    done = wait_for(lambda: (j := get(manager, ns, "job", "hello")) is not None
+                    and job_condition(j, "Complete") and j,
+                    "the manager's Job to be Complete", timeout=120)
+    assert done["status"].get("succeeded") == 1, done["status"]
+    assert pods_of(manager, ns, "hello") == []
+    others = [w for w in multi_cluster.workers if w != worker]
+    for other in others:
+        assert pods_of(multi_cluster.workers[other], ns, "hello") == []
+    wait_for_workload(manager, ns, uid, lambda wl: condition_true(wl, "Finished"),
+                      "the manager's Workload to finish", timeout=60)
+
+
+def test_with_one_worker_full_the_job_runs_on_the_other(multi_cluster: MultiCluster,
+                                                        queues: QueueNames) -> None:
+    """Scenario b with batch/v1: worker1's ClusterQueue is full (a Job of its own holds all 4
+    CPUs); a Job of 3 CPUs created in the manager runs in worker2, and worker1 ends with
+    neither a copy of it nor a pod."""
+    ns = queues.namespace
+    manager = multi_cluster.plane("manager")
+    full, free = list(multi_cluster.workers)
+    local = create(multi_cluster.workers[full], ns,
+                   batch_job("hog", queues.local_queue, "4", "10m"))
+    wait_for(lambda: _running_in(multi_cluster, ns, "hog") == full,
+             f"the local Job to fill {full}", timeout=90)
+    assert "managedBy" not in local["spec"]
+    job = create(manager, ns, batch_job("big", queues.local_queue, "3", "3s"))
+    uid = job["metadata"]["uid"]
+    wait_for_workload(manager, ns, uid, lambda wl: condition_true(wl, "Admitted"),
+                      "the manager's Workload to be admitted", timeout=90)
+    worker = wait_for(lambda: _running_in(multi_cluster, ns, "big"),
+                      "the Job's pod to run in a worker", timeout=90)
+    assert worker == free
+    wait_for(lambda: job_condition(get(manager, ns, "job", "big"), "Complete"),
+             "the manager's Job to be Complete", timeout=120)
+    # MultiKueue removed the copy it had also made in the full worker.
+    wait_for(lambda: get(multi_cluster.workers[full], ns, "job", "big") is None,
+             f"no copy of the Job left in {full}", timeout=60)
+    assert pods_of(multi_cluster.workers[full], ns, "big") == []
+    assert pods_of(manager, ns, "big") == []
+    reserved = workload_condition(
+        wait_for_workload(manager, ns, uid, lambda wl: True, "the Workload"), "QuotaReserved")
+    assert reserved is not None
