@@ -733,6 +733,32 @@ def test_gang_scheduling_grants_the_schedulers_podgroups(helm_offline: Helm, sch
     assert yaml.safe_load(one(docs, "ConfigMap")["data"]["controller-config.yaml"]) == config
 
 
+def test_kueue_grants_exactly_what_the_admission_calls(helm_offline: Helm) -> None:
+    """kueue.enabled: the Workloads the operator creates, patches (and their status) and
+    deletes, in the namespaces it watches; the cluster-scoped reads its caches list and watch
+    (operator/admission.py), bound cluster-wide also when it watches given namespaces; and the
+    queue-name policy."""
+    workloads = ({("kueue.x-k8s.io", "workloads", v, "")
+                  for v in ("list", "watch", "create", "patch", "delete")}
+                 | {("kueue.x-k8s.io", "workloads/status", "patch", "")})
+    reads = {(g, r, v, "") for g, r in (("kueue.x-k8s.io", "resourceflavors"),
+                                        ("kueue.x-k8s.io", "workloadpriorityclasses"),
+                                        ("scheduling.k8s.io", "priorityclasses"))
+             for v in ("list", "watch")}
+    docs = helm_offline.template("rel", "ops", {"kueue": {"enabled": True}})
+    roles = {d["metadata"]["name"]: rbac_grants(d["rules"]) for d in by_kind(docs, "ClusterRole")}
+    assert roles == {"rel-trainjobs": OPERATOR_GRANTS | workloads, "rel-trainjobs-kueue": reads}
+    docs = helm_offline.template("rel", "ops", {"kueue": {"enabled": True},
+                                                "watchNamespaces": ["a", "b"]})
+    assert {d["metadata"]["namespace"]: rbac_grants(d["rules"]) for d in by_kind(docs, "Role")
+            } == {"a": OPERATOR_GRANTS | workloads, "b": OPERATOR_GRANTS | workloads}
+    assert [rbac_grants(d["rules"]) for d in by_kind(docs, "ClusterRole")] == [reads]
+    policies = {d["metadata"]["name"] for d in by_kind(docs, "ValidatingAdmissionPolicy")}
+    assert "rel-trainjobs-kueue-queue-name" in policies
+    off = helm_offline.template("rel", "ops", {})
+    assert not any("kueue" in d["metadata"]["name"] for d in off)
+
+
 # -- server-side dry run of the rendered manifests -------------------------------------------
 
 
