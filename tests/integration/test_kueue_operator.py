@@ -351,3 +351,30 @@ def test_a_third_party_plugin_kind_is_admitted_with_no_plugin_change(
         ns.kubectl("delete", "pytorchjob", "torch", "--wait=true", check=False)
         ns.kubectl("delete", WORKLOADS, wl["metadata"]["name"], "--ignore-not-found",
                    check=False)
+
+
+def test_suspend_deactivates_the_workload_and_resume_runs_again(queue: Queue) -> None:
+    """`runPolicy.suspend: true` on an admitted, running job: the Workload is deactivated
+    (spec.active false; Kueue evicts it), the job is Suspended (not Queued) with no pod; on
+    resume it is admitted again and runs, with no restart counted."""
+    ns = queue.ns
+    created = queue.tfjob("pausing", cpu="1", exit_code=None)
+    uid = created["metadata"]["uid"]
+    ns.wait_state("TfJob", "pausing", "Running", timeout=60)
+    ns.patch_job("TfJob", "pausing", {"spec": {"runPolicy": {"suspend": True}}})
+    ns.wait_state("TfJob", "pausing", "Suspended", timeout=30)
+    wait_for(lambda: not ns.pods("pausing"), "the suspended job's pods to go", timeout=30)
+    (wl,) = wait_for(lambda: [w for w in queue.workloads(uid)
+                              if w["spec"].get("active") is False
+                              and not any(c["type"] == "QuotaReserved" and c["status"] == "True"
+                                          for c in w["status"].get("conditions", []))],
+                     "the Workload deactivated and its quota released", timeout=30)
+    ns.patch_job("TfJob", "pausing", {"spec": {"runPolicy": {"suspend": False}}})
+    ns.wait_state("TfJob", "pausing", "Running", timeout=60)
+    (pod,) = ns.pods("pausing")
+    ns.end_pod(pod["metadata"]["name"])
+    status = ns.wait_finished("TfJob", "pausing", timeout=60)
+    assert status["state"] == "Succeeded", status
+    assert status["replicaStatuses"]["Worker"]["restarts"] == 0
+    assert [w["metadata"]["uid"] for w in queue.workloads(uid)] == [wl["metadata"]["uid"]]
+    assert not queue.operator.problems()
