@@ -39,6 +39,7 @@ from trainjobs.testing import (
     ClusterOptions,
     ControlPlane,
     Kueue,
+    WaitForPodsReady,
     apply_crds,
     create_cluster_queue,
     create_local_queue,
@@ -67,7 +68,7 @@ class Queue:
 
     def tfjob(self, name: str, cpu: str, run: str = "3s", workers: int = 1,
               priority: str | None = None, exit_code: int | None = 0,
-              **extra: Any) -> dict[str, Any]:
+              node_selector: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
         labels = {QUEUE_LABEL: "queue"}
         if priority:
             labels[PRIORITY_LABEL] = priority
@@ -75,6 +76,9 @@ class Queue:
             "TfJob", workers, exit_code=exit_code, run=run,
             resources={"requests": {"cpu": cpu}}, **extra)})
         manifest["metadata"]["labels"] = labels
+        if node_selector:
+            manifest["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = (
+                node_selector)
         return self.ns.create(manifest)
 
     def workloads(self, uid: str) -> list[dict[str, Any]]:
@@ -378,3 +382,21 @@ def test_suspend_deactivates_the_workload_and_resume_runs_again(queue: Queue) ->
     assert status["replicaStatuses"]["Worker"]["restarts"] == 0
     assert [w["metadata"]["uid"] for w in queue.workloads(uid)] == [wl["metadata"]["uid"]]
     assert not queue.operator.problems()
+
+
+def test_pods_that_never_get_ready_are_evicted_by_wait_for_pods_ready(
+        kueue: Kueue, queue: Queue) -> None:
+    """(f) Kueue restarted with a 10 s waitForPodsReady: a job whose pod can never be
+    scheduled (a nodeSelector no node has) is admitted, then evicted (PodsReadyTimeout): its
+    pod goes, it is Queued/Evicted saying so, not Failed, with no restart counted."""
+    ns = queue.ns
+    with kueue.configured(kueue.with_options(wait_for_pods_ready=WaitForPodsReady(
+            timeout="10s"))):
+        queue.tfjob("stuck", cpu="1", exit_code=None, node_selector={"no-such-label": "x"})
+        status = queue.queued("stuck", "PodsReadyTimeout", timeout=90)
+        cond = condition(status, "Queued")
+        assert cond is not None and cond["reason"] == "Evicted", cond
+        assert condition(status, "Failed") is None
+        assert status["replicaStatuses"]["Worker"]["restarts"] == 0
+        assert "Evicted" in ns.event_reasons("stuck")
+        assert not queue.operator.problems()
