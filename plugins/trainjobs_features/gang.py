@@ -34,13 +34,14 @@ from trainjobs.plugin import (
     RenderContext,
     Replica,
     SpecError,
+    config_section,
     hookimpl,
 )
 
 __all__ = ["CONFIG_KEY", "SCHEDULERS", "GangConfig", "GangPlugin", "format_quantity",
            "gang_config", "gang_for", "min_member", "min_per_type", "min_resources",
-           "parse_quantity",
-           "pod_group_counts", "trainjobs_validate"]
+           "parse_gang_section", "parse_quantity", "pod_group_counts",
+           "trainjobs_check_config", "trainjobs_config_overrides", "trainjobs_validate"]
 
 CONFIG_KEY = "gangScheduling"
 #: The schedulers and the schedulerName their pods get unless the config says otherwise:
@@ -57,9 +58,15 @@ class GangConfig:
 
 
 def gang_config(controller_config: Mapping[str, object]) -> GangConfig:
-    """The `gangScheduling` section; a `PluginError` naming the field when it is malformed
-    (raised when the operator starts: the hooks see only valid configs)."""
-    raw = controller_config.get(CONFIG_KEY) or {}
+    """The `gangScheduling` section, parsed once per operator config; a `PluginError` naming
+    the field when it is malformed (raised when the operator starts, by `trainjobs_check_config`:
+    the hooks see only valid configs)."""
+    return config_section(controller_config, CONFIG_KEY, parse_gang_section)
+
+
+def parse_gang_section(section: object) -> GangConfig:
+    """`gangScheduling` as written (None when absent) as a `GangConfig`."""
+    raw = section or {}
     if not isinstance(raw, Mapping):
         raise PluginError(f"controller config {CONFIG_KEY}: expected a mapping, got {raw!r}")
     unknown = sorted(set(raw) - {"scheduler", "schedulerName", "scheduleTimeoutSeconds"})
@@ -77,6 +84,23 @@ def gang_config(controller_config: Mapping[str, object]) -> GangConfig:
         raise PluginError(f"controller config {CONFIG_KEY}.scheduleTimeoutSeconds: expected "
                           f"a positive integer, got {timeout!r}")
     return GangConfig(str(scheduler), name, timeout)
+
+
+@hookimpl
+def trainjobs_config_overrides(options: Mapping[str, object]) -> Mapping[str, object] | None:
+    """`--gang-scheduler` wins over the config file's `gangScheduling.scheduler`."""
+    scheduler = options.get("gang_scheduler")
+    if scheduler is None:
+        return None
+    if scheduler not in SCHEDULERS:
+        raise PluginError(f"--gang-scheduler: {scheduler!r} is not one of "
+                          f"{', '.join(SCHEDULERS)}")
+    return {CONFIG_KEY: {"scheduler": scheduler}}
+
+
+@hookimpl
+def trainjobs_check_config(controller_config: Mapping[str, object]) -> None:
+    gang_config(controller_config)
 
 
 def gang_for(scheduler: str, ctx: RenderContext) -> GangConfig | None:

@@ -12,12 +12,21 @@ original operator's `tfImage`: the job's `spec.tfImage`, else the controller con
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from trainjobs.plugin import Job, ParameterServers, RenderContext, Replica, hookimpl
+from trainjobs.plugin import (
+    Job,
+    ParameterServers,
+    PluginError,
+    RenderContext,
+    Replica,
+    config_section,
+    hookimpl,
+)
 
-__all__ = ["CONFIG_KEY", "PS_SERVER_IMAGE", "PS_SERVER_PROGRAM", "ps_server_image",
-           "trainjobs_adjust_pod"]
+__all__ = ["CONFIG_KEY", "PS_SERVER_IMAGE", "PS_SERVER_PROGRAM", "parse_tf_image",
+           "ps_server_image", "trainjobs_adjust_pod", "trainjobs_check_config"]
 
 PS_SERVER_IMAGE = "tensorflow/tensorflow:2.21.0"
 CONFIG_KEY = "tfImage"  # in --controller-config-file, as the original operator's
@@ -35,15 +44,28 @@ server.join()
 """
 
 
+def parse_tf_image(value: object) -> str:
+    """The controller config's `tfImage` (None when absent: the default image); a
+    `PluginError` naming the key when it is not an image name."""
+    if value is None:
+        return PS_SERVER_IMAGE
+    if not (isinstance(value, str) and value):
+        raise PluginError(f"controller config {CONFIG_KEY}: expected an image name, "
+                          f"got {value!r}")
+    return value
+
+
+@hookimpl
+def trainjobs_check_config(controller_config: Mapping[str, object]) -> None:
+    config_section(controller_config, CONFIG_KEY, parse_tf_image)
+
+
 def ps_server_image(job: Job, ctx: RenderContext) -> str:
     """The job's `tfImage`, else the controller config's, else the built-in default."""
     own = getattr(job.spec, "tf_image", None)
-    configured = ctx.controller_config.get(CONFIG_KEY)
     if own:
         return str(own)
-    if isinstance(configured, str) and configured:
-        return configured
-    return PS_SERVER_IMAGE
+    return config_section(ctx.controller_config, CONFIG_KEY, parse_tf_image)
 
 
 @hookimpl

@@ -733,32 +733,6 @@ def test_gang_scheduling_grants_the_schedulers_podgroups(helm_offline: Helm, sch
     assert yaml.safe_load(one(docs, "ConfigMap")["data"]["controller-config.yaml"]) == config
 
 
-def test_kueue_grants_exactly_what_the_admission_calls(helm_offline: Helm) -> None:
-    """kueue.enabled: the Workloads the operator creates, patches (and their status) and
-    deletes, in the namespaces it watches; the cluster-scoped reads its caches list and watch
-    (operator/admission.py), bound cluster-wide also when it watches given namespaces; and the
-    queue-name policy."""
-    workloads = ({("kueue.x-k8s.io", "workloads", v, "")
-                  for v in ("list", "watch", "create", "patch", "delete")}
-                 | {("kueue.x-k8s.io", "workloads/status", "patch", "")})
-    reads = {(g, r, v, "") for g, r in (("kueue.x-k8s.io", "resourceflavors"),
-                                        ("kueue.x-k8s.io", "workloadpriorityclasses"),
-                                        ("scheduling.k8s.io", "priorityclasses"))
-             for v in ("list", "watch")}
-    docs = helm_offline.template("rel", "ops", {"kueue": {"enabled": True}})
-    roles = {d["metadata"]["name"]: rbac_grants(d["rules"]) for d in by_kind(docs, "ClusterRole")}
-    assert roles == {"rel-trainjobs": OPERATOR_GRANTS | workloads, "rel-trainjobs-kueue": reads}
-    docs = helm_offline.template("rel", "ops", {"kueue": {"enabled": True},
-                                                "watchNamespaces": ["a", "b"]})
-    assert {d["metadata"]["namespace"]: rbac_grants(d["rules"]) for d in by_kind(docs, "Role")
-            } == {"a": OPERATOR_GRANTS | workloads, "b": OPERATOR_GRANTS | workloads}
-    assert [rbac_grants(d["rules"]) for d in by_kind(docs, "ClusterRole")] == [reads]
-    policies = {d["metadata"]["name"] for d in by_kind(docs, "ValidatingAdmissionPolicy")}
-    assert "rel-trainjobs-kueue-queue-name" in policies
-    off = helm_offline.template("rel", "ops", {})
-    assert not any("kueue" in d["metadata"]["name"] for d in off)
-
-
 # -- server-side dry run of the rendered manifests -------------------------------------------
 
 
@@ -1379,53 +1353,3 @@ def test_kubeflow_compatibility_render(helm_offline: Helm) -> None:
          for v in ("list", "watch", "delete")}
         | {("kubeflow.org", f"{p}/status", "patch", "") for p in ("tfjobs", "mxjobs")}
         | {("kubeflow.org", f"{p}/finalizers", "update", "") for p in ("tfjobs", "mxjobs")})
-
-
-def test_kueue_queue_name_policy_on_the_api_server(
-        helm_offline: Helm, kube_cluster: ControlPlane, trainjobs_crds: list[str]) -> None:
-    """The chart's queue-name policy, applied to the real API server: a job's
-    kueue.x-k8s.io/queue-name label may change while it is Queued, not once it runs (a status
-    written by hand stands for the operator's)."""
-    docs = helm_offline.template(f"kq{uuid.uuid4().hex[:6]}", "ops", {"kueue": {"enabled": True}})
-    policy = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")
-              and d["metadata"]["name"].endswith("-queue-name")]
-    assert len(policy) == 2
-    ns = f"kq-{uuid.uuid4().hex[:8]}"
-    kube_cluster.kubectl("create", "namespace", ns)
-    kube_cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                               "items": policy}))
-    manifest = {"apiVersion": "trainjobs.io/v1alpha1", "kind": "TfJob",
-                "metadata": {"name": "q", "labels": {"kueue.x-k8s.io/queue-name": "a"}},
-                "spec": {"replicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
-                    "containers": [{"name": "tensorflow", "image": "example.invalid/x"}]}}}}}}
-
-    def state(value: str) -> None:
-        kube_cluster.kubectl("-n", ns, "patch", "tfjob", "q", "--subresource=status",
-                             "--type=merge", "-p", json.dumps({"status": {"state": value}}))
-
-    def relabel(queue: str) -> subprocess.CompletedProcess[str]:
-        return kube_cluster.kubectl("-n", ns, "label", "tfjob", "q", "--overwrite",
-                                    f"kueue.x-k8s.io/queue-name={queue}", check=False)
-
-    try:
-        kube_cluster.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(manifest))
-        state("Running")
-        # The policy takes effect once the API server has loaded it.
-        tries = iter(range(1000))
-
-        def refusal() -> subprocess.CompletedProcess[str] | None:
-            # A new queue each try: one accepted before the policy loaded changes the label.
-            result = relabel(f"q{next(tries)}")
-            return result if result.returncode != 0 else None
-
-        refused = wait_for(refusal, "the policy to refuse a queue change of a Running job",
-                           timeout=30)
-        assert "cannot change while the job is Running" in refused.stderr, refused.stderr
-        state("Queued")
-        assert relabel("b").returncode == 0, "a Queued job's queue may change"
-        kube_cluster.kubectl("-n", ns, "label", "tfjob", "q", "team=x")  # other labels: free
-    finally:
-        kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        for doc in policy:
-            kube_cluster.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"],
-                                 "--ignore-not-found", check=False)

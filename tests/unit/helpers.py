@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -85,7 +85,7 @@ def render(
     plugins: PluginManager = PLUGINS,
     backend: Literal["kubernetes", "local"] = "kubernetes",
     layout: ClusterLayout | None = None,
-    controller_config: dict[str, Any] | None = None,
+    controller_config: Mapping[str, Any] | None = None,
 ) -> RenderedJob:
     job = doc if isinstance(doc, Job) else parse(doc, plugins)
     return render_job(job, framework_of(job.kind, plugins), plugins, backend=backend,

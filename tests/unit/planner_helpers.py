@@ -18,7 +18,7 @@ from typing import Any
 from trainjobs.api.models import ConditionType, Job, JobStatus
 from trainjobs.core.admission import Admission
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase, attempt_of
-from trainjobs.core.planner import EXCLUSIVE_CONDITIONS, Plan, PlanInputs, PlannerSettings, plan
+from trainjobs.core.planner import EXCLUSIVE_CONDITIONS, Plan, PlannerSettings, plan
 from trainjobs.core.render import (
     ANNOTATION_REPLICAS,
     LABEL_REPLICA_INDEX,
@@ -121,13 +121,12 @@ class World:
         lost pods are handed over once, as the controller does."""
         job = self.job
         lost_causes, self.lost_causes = self.lost_causes, {}
-        inputs = PlanInputs(list(self.pods.values()), set(self.services), set(self.extras),
-                            lost_causes, owed=self.owed, admission=self.admission,
-                            now=self.now)
-        return plan(job, self.desired, inputs,
+        return plan(job, self.desired, list(self.pods.values()), set(self.services),
+                    set(self.extras),
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
-                    settings=self.settings,
-                    restart_together=self.framework.replicas_restart_together)
+                    now=self.now, settings=self.settings, lost_causes=lost_causes,
+                    restart_together=self.framework.replicas_restart_together, owed=self.owed,
+                    admission=self.admission)
 
     def apply(self, p: Plan) -> Plan:
         """Carry out a plan the way a backend would."""

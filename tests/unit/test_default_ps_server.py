@@ -15,6 +15,7 @@ from trainjobs.cli import main
 from trainjobs.plugin.manager import DISABLE_AUTOLOAD_ENV, DISABLE_PLUGINS_ENV, load_plugins
 
 from .helpers import (
+    PLUGINS,
     Doc,
     container,
     env_values,
@@ -84,11 +85,12 @@ def test_the_seed_job_renders_from_the_cli(tmp_path: Path,
 def test_a_malformed_tfimage_in_the_controller_config_stops_the_operator(
         tmp_path: Path, value: object) -> None:
     from trainjobs.errors import TrainjobsError
-    from trainjobs.operator.main import _controller_config
+    from trainjobs.operator.settings import controller_config, read_config_file
 
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({"tfImage": value}))
     with pytest.raises(TrainjobsError, match="tfImage: expected an image name"):
-        _controller_config(str(path))
+        controller_config(read_config_file(str(path)), PLUGINS, {})
     path.write_text(yaml.safe_dump({"tfImage": "mirror/tf:2"}))
-    assert _controller_config(str(path)) == {"tfImage": "mirror/tf:2"}
+    assert controller_config(read_config_file(str(path)), PLUGINS, {}) == {
+        "tfImage": "mirror/tf:2"}

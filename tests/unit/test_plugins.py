@@ -485,6 +485,16 @@ class Recorder:
         return None
 
     @hookspecs.hookimpl
+    def trainjobs_config_overrides(
+            self, options: Mapping[str, object]) -> Mapping[str, object] | None:
+        self._record("trainjobs_config_overrides", options=options)
+        return {"feature": {"on": options.get("feature_on")}}
+
+    @hookspecs.hookimpl
+    def trainjobs_check_config(self, controller_config: Mapping[str, object]) -> None:
+        self._record("trainjobs_check_config", controller_config=controller_config)
+
+    @hookspecs.hookimpl
     def trainjobs_owned_resources(
             self, controller_config: Mapping[str, object]) -> Sequence[OwnedResource] | None:
         self._record("trainjobs_owned_resources", controller_config=controller_config)
@@ -523,7 +533,9 @@ def test_every_hook_is_called_through_the_manager() -> None:
     outcomes = [ReplicaOutcome(r, ReplicaPhase.SUCCEEDED if r.index == 0 else
                                ReplicaPhase.RUNNING) for r in rendered.replicas.values()]
     assert manager.job_succeeded(job, framework, outcomes) is False  # 1 of 3 workers done
+    assert manager.config_overrides({"feature_on": True}) == {"feature": {"on": True}}
     config = {"feature": {"on": True}}
+    manager.check_config(config)
     assert OwnedResource("example.com/v1", "Thing", "things", with_replicas=True) in \
         manager.owned_resources(config)
     thing = {"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"},
@@ -551,6 +563,8 @@ def test_every_hook_is_called_through_the_manager() -> None:
     assert len(calls["trainjobs_extra_objects"]) == 1
     assert calls["trainjobs_job_succeeded"] == [
         {"job": job, "framework": framework, "outcomes": outcomes}]
+    assert calls["trainjobs_config_overrides"] == [{"options": {"feature_on": True}}]
+    assert calls["trainjobs_check_config"] == [{"controller_config": config}]
     assert calls["trainjobs_owned_resources"] == [{"controller_config": config}]
     assert calls["trainjobs_object_status"] == [{"job": job, "obj": thing}]
     assert calls["trainjobs_adjust_status"] == [

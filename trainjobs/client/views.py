@@ -13,7 +13,6 @@ from typing import Any
 
 from trainjobs.api.models import Job
 from trainjobs.core.render import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
-from trainjobs.core.status import is_finished
 
 __all__ = ["JobEvent", "PodInfo", "ReplicaProgress", "progress", "replica_names"]
 
@@ -162,7 +161,7 @@ def progress(job: Job, pods: list[PodInfo]) -> list[ReplicaProgress]:
         succeeded = max(counted.succeeded if counted else 0,
                         sum(p.phase == "Succeeded" for p in mine))
         failed = counted.failed if counted else 0
-        finished = is_finished(job.status)
+        finished = job.status.state in ("Succeeded", "Failed")
         missing = 0 if finished else max(
             0, spec.replicas - len(running) - len(waiting) - succeeded)
         reasons = sorted({_why(p) for p in waiting if _why(p)})

@@ -168,7 +168,7 @@ class Rendering:
         plugins: PluginManager,
         backend: Literal["kubernetes", "local"] = "kubernetes",
         layout: ClusterLayout | None = None,
-        controller_config: dict[str, Any] | None = None,
+        controller_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.job = job
         self.framework = framework
@@ -177,7 +177,7 @@ class Rendering:
             backend=backend,
             framework=framework,
             cluster=layout or kubernetes_layout(job, framework),
-            controller_config=controller_config or {},
+            controller_config={} if controller_config is None else controller_config,
         )
 
     def replicas(self) -> Iterator[tuple[str, Replica, dict[str, Any], dict[str, Any]]]:

@@ -216,7 +216,7 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager,
     from trainjobs.core.render import Rendering  # render imports this module's helpers
 
     rendering = Rendering(job, framework, plugins, backend="kubernetes",
-                          controller_config=dict(controller_config or {}))
+                          controller_config=controller_config)
     owned: list[str] = []
     bare: set[str] = set()  # replica types whose pods got no container
     try:

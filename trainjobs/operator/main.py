@@ -11,80 +11,39 @@ import argparse
 import asyncio
 import logging
 import signal
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from trainjobs.errors import TrainjobsError
 from trainjobs.kube import Kube, connect
 from trainjobs.operator import metrics
-from trainjobs.operator.controller import Controller, ControllerSettings
+from trainjobs.operator.controller import Controller
 from trainjobs.operator.gcfreeze import install_gc_freeze
 from trainjobs.operator.gcmetrics import install_gc_metrics
 from trainjobs.operator.http import start_http
-from trainjobs.operator.leader import LeaderElector, LeaseSettings
+from trainjobs.operator.leader import LeaderElector
 from trainjobs.operator.logs import setup_logging
 from trainjobs.operator.looplag import probe_loop_lag
-from trainjobs.plugin.manager import load_plugins
+from trainjobs.operator.settings import OperatorSettings, build_settings
+from trainjobs.plugin.manager import PluginManager, load_plugins
 
 __all__ = ["run_operator"]
 
 log = logging.getLogger("trainjobs.operator")
 
 
-def _controller_config(path: str | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise TrainjobsError(f"--controller-config-file {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise TrainjobsError(f"--controller-config-file {path}: expected a mapping")
-    if "tfImage" in data and not (isinstance(data["tfImage"], str) and data["tfImage"]):
-        raise TrainjobsError(f"--controller-config-file {path}: tfImage: expected an image "
-                             f"name, got {data['tfImage']!r}")
-    return data
-
-
-def _with_gang_scheduler(config: dict[str, Any], scheduler: str | None) -> dict[str, Any]:
-    """`--gang-scheduler` wins over the config file's `gangScheduling.scheduler`."""
-    if scheduler is None:
-        return config
-    section = config.get("gangScheduling")
-    return {**config, "gangScheduling": {**(section if isinstance(section, dict) else {}),
-                                         "scheduler": scheduler}}
-
-
 def run_operator(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, args.log_level)
-    config = _with_gang_scheduler(_controller_config(args.controller_config_file),
-                                  args.gang_scheduler)
-    settings = ControllerSettings(
-        namespaces=tuple(args.namespace), concurrency=args.concurrency,
-        status_coalesce_seconds=args.status_coalesce,
-        max_replicas_per_job=args.max_replicas_per_job, controller_config=config)
-    host, _, port = args.http_address.rpartition(":")
-    lease = LeaseSettings(args.leader_election_namespace, args.leader_election_id,
-                          args.lease_duration, args.renew_deadline, args.retry_period)
-    return asyncio.run(_run(args.kubeconfig, settings, host or "0.0.0.0", int(port),
-                            lease if args.leader_elect else None, args.request_timeout,
-                            args.gc_thaw_interval, ready_api_timeout=args.ready_api_timeout,
-                            enable_plugins=args.enable_plugins))
-
-
-async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, port: int,
-               lease: LeaseSettings | None, request_timeout: float,
-               gc_thaw_interval: float, *, ready_api_timeout: float,
-               enable_plugins: tuple[str, ...] = ()) -> int:
     install_gc_metrics()
-    plugins = load_plugins(enable=enable_plugins)
-    install_gc_freeze(gc_thaw_interval)  # after the imports and plugins it would walk
-    api = await connect(kubeconfig)
-    kube = Kube(api, request_timeout=request_timeout, on_error=metrics.count_api_error)
-    controller = Controller(kube, plugins, settings)
-    elector = LeaderElector(kube, lease) if lease else None
+    plugins = load_plugins(enable=args.enable_plugins)
+    return asyncio.run(_run(build_settings(args, plugins), plugins))
+
+
+async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
+    install_gc_freeze(settings.gc_thaw_interval)  # after the imports and plugins it would walk
+    api = await connect(settings.kubeconfig)
+    kube = Kube(api, request_timeout=settings.request_timeout, on_error=metrics.count_api_error)
+    controller = Controller(kube, plugins, settings.controller)
+    elector = LeaderElector(kube, settings.lease) if settings.lease else None
+    http = settings.http
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -92,7 +51,7 @@ async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, 
 
     def ready() -> str | None:
         silent = kube.reachability.unreachable_for()
-        if ready_api_timeout and silent > ready_api_timeout:
+        if http.ready_api_timeout and silent > http.ready_api_timeout:
             # Its caches may be stale and it can change nothing: say so (liveness stays, a
             # restart would not bring the API server back; it recovers by itself).
             return f"the API server has not answered for {silent:.0f}s"
@@ -100,10 +59,11 @@ async def _run(kubeconfig: str | None, settings: ControllerSettings, host: str, 
             return None  # a standby is ready: it is doing what it should
         return None if controller.synced else "caches not synced"
 
-    runner = await start_http(host, port, ready)
+    runner = await start_http(http.host, http.port, ready)
     lag_probe = asyncio.create_task(probe_loop_lag(), name="loop-lag")
     log.info("trainjobs operator: kinds %s, namespaces %s, http %s:%d",
-             ", ".join(plugins.frameworks), ", ".join(settings.namespaces) or "all", host, port)
+             ", ".join(plugins.frameworks), ", ".join(settings.controller.namespaces) or "all",
+             http.host, http.port)
     tasks: list[asyncio.Task[Any]] = []
     code = 0
     try:

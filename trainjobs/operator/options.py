@@ -23,9 +23,11 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--controller-config-file", metavar="FILE",
                    help="YAML with accelerator volumes/env per extended resource and the "
                         "gangScheduling section")
-    p.add_argument("--gang-scheduler", choices=("none", "coscheduling", "volcano"),
-                   help="give every job a PodGroup for this gang scheduler (overrides "
-                        "gangScheduling.scheduler of the controller config; default: none)")
+    # Read by the gang plugin (trainjobs_config_overrides), which checks the name at start.
+    p.add_argument("--gang-scheduler", metavar="SCHEDULER",
+                   help="give every job a PodGroup for this gang scheduler (one the gang "
+                        "plugin knows, docs/scheduling.md; overrides the controller config's; "
+                        "default: none)")
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--http-address", default="0.0.0.0:8080", metavar="HOST:PORT",

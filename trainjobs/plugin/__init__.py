@@ -25,6 +25,7 @@ from trainjobs.plugin.capabilities import (
     TensorBoard,
     TensorBoardSpec,
 )
+from trainjobs.plugin.config import ControllerConfig, config_section
 from trainjobs.plugin.hookspecs import hookimpl
 from trainjobs.plugin.types import (
     Address,
@@ -41,7 +42,7 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.10"
+PLUGIN_API_VERSION = "1.11"
 
 __all__ = [
     "PLUGIN_API_VERSION",
@@ -50,6 +51,7 @@ __all__ = [
     "CelRule",
     "ClusterLayout",
     "Condition",
+    "ControllerConfig",
     "Framework",
     "FrameworkPlugin",
     "Job",
@@ -72,5 +74,6 @@ __all__ = [
     "SpecModel",
     "TensorBoard",
     "TensorBoardSpec",
+    "config_section",
     "hookimpl",
 ]

@@ -12,11 +12,15 @@ Hooks run in this fixed order (the order of this module; docs/plugins.md has the
    headless Service (since 1.10).
 6. `trainjobs_extra_objects` — for each job, after its pods: further objects the job owns.
 7. `trainjobs_job_succeeded` — on every reconcile of a running job: the kind's success rule.
-8. `trainjobs_owned_resources` — once when the operator starts: kinds of extra objects it must
+8. `trainjobs_config_overrides` — once when the operator starts: controller config sections
+   its command-line options set (since 1.11).
+9. `trainjobs_check_config` — once when the operator starts: refuse a malformed section of
+   the controller config, naming the key (since 1.11).
+10. `trainjobs_owned_resources` — once when the operator starts: kinds of extra objects it must
    watch (since 1.3).
-9. `trainjobs_object_status` — on every reconcile, for each watched extra object: what it
+11. `trainjobs_object_status` — on every reconcile, for each watched extra object: what it
    reports, for the job's status (since 1.3).
-10. `trainjobs_adjust_status` — whenever the operator writes a job's status: fields another
+12. `trainjobs_adjust_status` — whenever the operator writes a job's status: fields another
    project's clients read (since 1.8).
 
 Steps 3-6 are one rendering of the job. Validation renders it too, with placeholder
@@ -141,6 +145,29 @@ def trainjobs_job_succeeded(
     `outcomes` has one entry per expected replica. The first plugin to return a bool decides;
     return None for kinds you do not handle. Failure (permanent exits, backoffLimit, deadline)
     is the core's business, not this hook's.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def trainjobs_config_overrides(options: Mapping[str, object]) -> Mapping[str, object] | None:
+    """Sections of the controller config that the operator's command-line options set, over
+    the file's. Since plugin API 1.11.
+
+    `options` are the operator's parsed options by their argparse names (`gang_scheduler` for
+    `--gang-scheduler`). Return `{section: {field: value}}` for what an option set (its fields
+    are merged over the file's section of that name) or None. Called once, at start.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def trainjobs_check_config(controller_config: Mapping[str, object]) -> None:
+    """Raise `PluginError`, naming the key, when this plugin's section of the controller
+    config is malformed: the operator refuses to start. Since plugin API 1.11.
+
+    Called once when the operator starts, with the config every hook will see (file and
+    overrides). Parse with `config_section` so that the hooks reuse the parsed section.
     """
     raise NotImplementedError
 

@@ -160,6 +160,21 @@ class PluginManager:
                 found.setdefault((res.api_version, res.kind), res)
         return list(found.values())
 
+    def config_overrides(self, options: Mapping[str, object]) -> dict[str, dict[str, object]]:
+        """The config sections the plugins set from command-line options, merged per section."""
+        found: dict[str, dict[str, object]] = {}
+        for result in self._pm.hook.trainjobs_config_overrides(options=options):
+            for key, fields in (result or {}).items():
+                if not isinstance(fields, Mapping):
+                    raise PluginError(f"trainjobs_config_overrides: section {key!r} is not a "
+                                      f"mapping: {fields!r}")
+                found.setdefault(key, {}).update(fields)
+        return found
+
+    def check_config(self, controller_config: Mapping[str, object]) -> None:
+        """Every plugin checks its section; the first malformed one raises `PluginError`."""
+        self._pm.hook.trainjobs_check_config(controller_config=controller_config)
+
     def adjust_status(self, job: Job, framework: Framework, status: dict[str, Any]) -> None:
         for impl in self._pm.hook.trainjobs_adjust_status.get_hookimpls():
             impl.function(job=job, framework=framework, status=status)

@@ -1,0 +1,90 @@
+"""Everything `trainjobs operator` is told, as one frozen tree built once at start.
+
+Flags and the controller config file are read here and nowhere else. The config file's
+sections belong to the plugins: the core names none of their keys. It reads the file, lets
+plugins set sections from their command-line options (`trainjobs_config_overrides`, e.g.
+`--gang-scheduler`), and has every plugin check its own section (`trainjobs_check_config`),
+so that a malformed one stops the operator before it connects, naming the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from trainjobs.errors import TrainjobsError
+from trainjobs.operator.controller import ControllerSettings
+from trainjobs.operator.leader import LeaseSettings
+from trainjobs.plugin.config import ControllerConfig
+from trainjobs.plugin.manager import PluginManager
+
+__all__ = ["HttpSettings", "OperatorSettings", "build_settings", "controller_config",
+           "read_config_file"]
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Where /healthz, /readyz and /metrics are served, and when /readyz gives up on the API."""
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+    ready_api_timeout: float = 10.0  # 0: never unready for the API server's silence
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    controller: ControllerSettings
+    http: HttpSettings
+    lease: LeaseSettings | None  # None: no leader election
+    kubeconfig: str | None = None
+    request_timeout: float = 30.0
+    gc_thaw_interval: float = 3600.0
+    enable_plugins: tuple[str, ...] = ()
+
+
+def read_config_file(path: str | None) -> dict[str, object]:
+    """`--controller-config-file` as a mapping of sections ({} without one)."""
+    if not path:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise TrainjobsError(f"--controller-config-file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise TrainjobsError(f"--controller-config-file {path}: expected a mapping")
+    return {str(k): v for k, v in data.items()}
+
+
+def controller_config(data: Mapping[str, object], plugins: PluginManager,
+                      options: Mapping[str, object]) -> ControllerConfig:
+    """The file's sections with the plugins' command-line overrides merged in (per field),
+    checked by every plugin: a `PluginError` naming the key when one is malformed."""
+    merged = dict(data)
+    for key, fields in plugins.config_overrides(options).items():
+        section = merged.get(key)
+        merged[key] = {**(section if isinstance(section, Mapping) else {}), **fields}
+    config = ControllerConfig(merged)
+    plugins.check_config(config)
+    return config
+
+
+def build_settings(args: argparse.Namespace, plugins: PluginManager) -> OperatorSettings:
+    """The settings tree from the parsed flags (options.py) and the config file they name."""
+    config = controller_config(read_config_file(args.controller_config_file), plugins,
+                               vars(args))
+    host, _, port = args.http_address.rpartition(":")
+    lease = LeaseSettings(args.leader_election_namespace, args.leader_election_id,
+                          args.lease_duration, args.renew_deadline, args.retry_period)
+    return OperatorSettings(
+        controller=ControllerSettings(
+            namespaces=tuple(args.namespace), concurrency=args.concurrency,
+            status_coalesce_seconds=args.status_coalesce,
+            max_replicas_per_job=args.max_replicas_per_job, controller_config=config),
+        http=HttpSettings(host or "0.0.0.0", int(port), args.ready_api_timeout),
+        lease=lease if args.leader_elect else None,
+        kubeconfig=args.kubeconfig, request_timeout=args.request_timeout,
+        gc_thaw_interval=args.gc_thaw_interval, enable_plugins=tuple(args.enable_plugins))
