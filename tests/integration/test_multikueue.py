@@ -1,8 +1,11 @@
 """Kueue's MultiKueue across real clusters (issue 26.3), proven first with Kueue's built-in
 ``batch/v1`` Job integration and Kubernetes' own Job controller (no trainjobs operator): the
 harness (``multi_cluster``: a manager and two workers, each a whole control plane with Kueue
-v0.19.2) is right when a Job created in the manager runs in a worker only and its status in
-the manager follows it to Complete, and when, one worker full, it runs on the other.
+v0.19.2, trainjobs' CRDs installed, our kinds listed in ``multiKueue.externalFrameworks``) is
+right when a Job created in the manager runs in a worker only and its status in the manager
+follows it to Complete, and when, one worker full, it runs on the other. Then our MxJob, with
+an operator in every cluster: dispatched by MultiKueue's generic adapter, run in a worker by
+that worker's operator on the prebuilt Workload, its status copied back to the manager.
 """
 
 from __future__ import annotations
@@ -10,18 +13,30 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.operator_helpers import wait_for
+from tests.integration.operator_helpers import (
+    CRDS_DIR,
+    LABEL_JOB,
+    Operators,
+    job,
+    replica,
+    wait_for,
+)
+from trainjobs.api.models import MANAGED_BY_MULTIKUEUE
+from trainjobs.plugin.manager import load_plugins
 from trainjobs.testing import (
     EXIT_CODE_ANNOTATION,
     MULTIKUEUE_CONTROLLER,
     QUEUE_LABEL,
     RUN_DURATION_ANNOTATION,
     ControlPlane,
+    KueueOptions,
     MultiCluster,
+    MultiClusterOptions,
     QueueNames,
     condition_true,
     wait_for_workload,
@@ -29,6 +44,18 @@ from trainjobs.testing import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.multikueue]
+
+#: Our kinds, as Kueue names external frameworks (Kind.version.group).
+KINDS = tuple(sorted(f"{fw.kind}.{fw.version}.{fw.group}"
+                     for fw in load_plugins().frameworks.values()))
+
+
+@pytest.fixture(scope="module")
+def multi_cluster_options() -> MultiClusterOptions:
+    """trainjobs' CRDs in every cluster, our kinds known to every Kueue and dispatched by the
+    manager's generic MultiKueue adapter."""
+    return MultiClusterOptions(crds=(CRDS_DIR,), external_frameworks=KINDS,
+                               kueue=KueueOptions(external_frameworks=KINDS))
 
 
 def batch_job(name: str, queue: str, cpu: str, run: str) -> dict[str, Any]:
@@ -170,3 +197,81 @@ def test_with_one_worker_full_the_job_runs_on_the_other(multi_cluster: MultiClus
     reserved = workload_condition(
         wait_for_workload(manager, ns, uid, lambda wl: True, "the Workload"), "QuotaReserved")
     assert reserved is not None
+
+
+def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
+        multi_cluster: MultiCluster, queues: QueueNames, tmp_path: Path) -> None:
+    """Scenario a with our MxJob and an operator in every cluster: the manager's operator
+    creates the Workload and nothing else (the job is managed by MultiKueue); MultiKueue
+    copies the job (without managedBy, with the prebuilt-workload label) and the Workload to
+    a worker; that worker's operator runs it on the prebuilt Workload; the manager's job
+    status follows it to Succeeded; no pod in the manager or the other worker."""
+    ns = queues.namespace
+    manager = multi_cluster.plane("manager")
+    operators = {name: Operators(plane, [ns], tmp_path / name)
+                 for name, plane in (("manager", manager), *multi_cluster.workers.items())}
+    try:
+        for name, ops in operators.items():
+            (tmp_path / name).mkdir()
+            ops.start(name=f"operator-{name}")
+        manifest = job("MxJob", "mx", {
+            "Scheduler": replica("MxJob", resources={"requests": {"cpu": "100m"}}),
+            "Server": replica("MxJob", resources={"requests": {"cpu": "100m"}}),
+            "Worker": replica("MxJob", 2, exit_code=0, run="3s",
+                              resources={"requests": {"cpu": "500m"}}),
+        }, managedBy=MANAGED_BY_MULTIKUEUE)
+        manifest["metadata"]["labels"] = {QUEUE_LABEL: queues.local_queue}
+        created = create(manager, ns, manifest)
+        uid = created["metadata"]["uid"]
+        workload = wait_for_workload(
+            manager, ns, uid, lambda wl: condition_true(wl, "Admitted"),
+            "the manager's Workload (made by the manager's operator) to be admitted",
+            timeout=120)
+        assert [(p["name"], p["count"]) for p in workload["spec"]["podSets"]] == [
+            ("scheduler", 1), ("server", 1), ("worker", 2)]
+        worker = wait_for(
+            lambda: next((w for w, plane in multi_cluster.workers.items()
+                          if get(plane, ns, "mxjobs.trainjobs.io", "mx") is not None
+                          and _mx_pods(plane, ns)), None),
+            "the MxJob's pods in a worker", timeout=120)
+        remote = get(multi_cluster.workers[worker], ns, "mxjobs.trainjobs.io", "mx")
+        assert remote is not None and "managedBy" not in remote["spec"], remote
+        # v0.19.2 writes the annotation (WorkloadIdentifierAnnotations), not the label.
+        prebuilt = remote["metadata"]["annotations"].get(
+            "kueue.x-k8s.io/prebuilt-workload-name")
+        assert prebuilt == workload["metadata"]["name"], remote["metadata"]
+        assert remote["metadata"]["labels"].get("kueue.x-k8s.io/multikueue-origin") == \
+            multi_cluster.options.origin
+        # The worker's operator took the prebuilt Workload over: it is the only one there.
+        remote_wls = wait_for_workload(
+            multi_cluster.workers[worker], ns, remote["metadata"]["uid"],
+            lambda wl: wl["metadata"]["name"] == prebuilt and condition_true(wl, "Admitted"),
+            "the worker's operator to own the prebuilt Workload, admitted", timeout=60)
+        assert remote_wls["metadata"]["name"] == prebuilt
+        done = wait_for(
+            lambda: (j := get(manager, ns, "mxjobs.trainjobs.io", "mx")) is not None
+            and (j.get("status") or {}).get("state") == "Succeeded" and j,
+            "the manager's MxJob status to follow the worker's to Succeeded", timeout=180)
+        assert done["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2, done["status"]
+        assert _mx_pods(manager, ns) == []
+        for other, plane in multi_cluster.workers.items():
+            if other != worker:
+                assert _mx_pods(plane, ns) == []
+        assert operators["manager"].started[0].logged(
+            "is managed by kueue.x-k8s.io/multikueue"), "the manager's operator said nothing"
+        wait_for_workload(manager, ns, uid, lambda wl: condition_true(wl, "Finished"),
+                          "the manager's Workload to finish", timeout=60)
+    finally:
+        for plane in multi_cluster.planes:
+            plane.kubectl("delete", "mxjobs.trainjobs.io", "--all", "-n", ns, "--wait=true",
+                          check=False, timeout=90)
+        problems = [p for ops in operators.values() for p in ops.stop_all()]
+        errors = [f"{name}: {e}" for name, ops in operators.items() for op in ops.started
+                  for e in op.problems()]
+    assert not problems, problems
+    assert not errors, errors
+
+
+def _mx_pods(plane: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    found = get(plane, namespace, "pods", "-l", f"{LABEL_JOB}=mx")
+    return list((found or {}).get("items") or [])

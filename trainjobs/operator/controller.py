@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from trainjobs.api.models import (
     DEFAULT_MAX_REPLICAS_PER_JOB,
+    MANAGED_BY_MULTIKUEUE,
     MANAGED_BY_OPERATOR,
     Job,
     JobSpec,
@@ -313,18 +314,23 @@ class Controller:
             return
         entry = mem.entry
         manager = job_manager(entry.raw.get("spec"))
-        if manager != MANAGED_BY_OPERATOR:
-            # Another controller's job (spec.managedBy, immutable): no pod, Service, PodGroup,
-            # Workload or status write, whatever its spec says (issue 26). Said once per job.
+        elsewhere = manager != MANAGED_BY_OPERATOR
+        if elsewhere:
+            # Another controller's job (spec.managedBy, immutable): no pod, Service, PodGroup
+            # or status write, whatever its spec says (issue 26). Said once per job. Only
+            # MultiKueue's, when Kueue is served, gets what Kueue's flow expects of the job's
+            # integration in a manager cluster: its Workload (created, finished, released).
             if not mem.managed_elsewhere:
                 mem.managed_elsewhere = True
                 log.info("%s is managed by %s (spec.managedBy): this operator leaves it alone",
                          key, manager)
-            return
+            if manager != MANAGED_BY_MULTIKUEUE or self.kueue is None:
+                return
         parsed = await self._parse(key, mem)
         status = JobStatus.model_validate(entry.raw.get("status") or {})
         if parsed.job is None:
-            await self._fail_invalid(mem, key, entry, status, parsed.error)
+            if not elsewhere:
+                await self._fail_invalid(mem, key, entry, status, parsed.error)
             return
         deleted = entry.raw["metadata"].get("deletionTimestamp")
         job = parsed.job.model_copy(update={
@@ -345,6 +351,8 @@ class Controller:
         owed = _still_owed(mem, status.attempt, pods) if together else frozenset()
         admission = (await self.kueue.admit(key, job, framework, desired, pods)
                      if self.kueue is not None else None)
+        if elsewhere:
+            return  # the Workload's step only: MultiKueue runs the job in a worker cluster
         decision = await _cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
                 plan, now=self.clock.now(), settings=self.planner_settings,

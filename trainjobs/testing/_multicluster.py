@@ -40,8 +40,9 @@ from types import TracebackType
 from typing import Any, Self
 
 from trainjobs.testing._controlplane import ClusterOptions, ControlPlane
+from trainjobs.testing._crds import apply_crds
 from trainjobs.testing._errors import ControlPlaneError
-from trainjobs.testing._kueue import KUEUE_NAMESPACE, KueueOptions
+from trainjobs.testing._kueue import KUEUE_NAMESPACE, Kueue, KueueOptions
 from trainjobs.testing._kueue_objects import (
     GROUP_VERSION,
     KueueObjectError,
@@ -77,6 +78,9 @@ class MultiClusterOptions:
     worker_lost_timeout: str = "15m"
     #: Merged last into the manager's ``multiKueue`` section (e.g. ``dispatcherName``).
     multikueue_extra: Mapping[str, Any] = field(default_factory=dict)
+    #: Directories of CRDs applied to every cluster before its Kueue starts (MultiKueue's
+    #: adapters watch their kinds in the workers from the moment a cluster connects).
+    crds: tuple[Path, ...] = ()
 
     def worker_names(self) -> list[str]:
         return [f"worker{i + 1}" for i in range(self.workers)]
@@ -155,18 +159,12 @@ class MultiCluster:
         try:
             for i, name in enumerate(options.worker_names()):
                 started = time.monotonic()
-                clusters.workers[name] = ControlPlane.start(
-                    clusters.workdir / name,
-                    replace(options.options_of_worker(i), node_prefix=f"{name}-node",
-                            kueue=options.worker_kueue()),
-                    bin_dir=bin_dir)
+                clusters.workers[name] = clusters._start_one(
+                    name, options.options_of_worker(i), options.worker_kueue(), bin_dir)
                 clusters.timings[name] = time.monotonic() - started
             started = time.monotonic()
-            clusters.manager = ControlPlane.start(
-                clusters.workdir / "manager",
-                replace(options.manager, node_prefix="manager-node",
-                        kueue=options.manager_kueue()),
-                bin_dir=bin_dir)
+            clusters.manager = clusters._start_one(
+                "manager", options.manager, options.manager_kueue(), bin_dir)
             clusters.timings["manager"] = time.monotonic() - started
             started = time.monotonic()
             clusters.connect(deadline=t0 + timeout)
@@ -177,6 +175,22 @@ class MultiCluster:
             raise
         clusters.timings["total"] = time.monotonic() - t0
         return clusters
+
+    def _start_one(self, name: str, options: ClusterOptions, kueue: KueueOptions,
+                   bin_dir: Path | None) -> ControlPlane:
+        """One cluster: its control plane, the CRDs of ``crds``, then its Kueue."""
+        plane = ControlPlane.start(self.workdir / name,
+                                   replace(options, node_prefix=f"{name}-node", kueue=None),
+                                   bin_dir=bin_dir)
+        # Registered at once, so that stop() stops it even when what follows fails.
+        if name == "manager":
+            self.manager = plane
+        else:
+            self.workers[name] = plane
+        for directory in self.options.crds:
+            apply_crds(plane.kubeconfig, directory, kubectl=plane.bin_dir / "kubectl")
+        plane.kueue = Kueue.start(plane, kueue)
+        return plane
 
     # -- MultiKueue objects -------------------------------------------------------------------
 
