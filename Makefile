@@ -53,7 +53,8 @@ image:
 
 ## make multikueue: only the MultiKueue scenarios (tests/integration/test_multikueue.py: a
 ## manager and two workers, each a whole control plane with Kueue v0.19.2). make test runs
-## them too; measured 77 s on 2 shared CPUs (48 s of it starting the three clusters).
+## them too; measured 157 s for the 3 scenarios on 2 shared CPUs (71 s of it starting the
+## three clusters, 51 s the MxJob scenario with its three operators).
 multikueue:
 	@venv=$$(scripts/dev-venv.sh); \
 	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \
