@@ -205,7 +205,9 @@ def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
     creates the Workload and nothing else (the job is managed by MultiKueue); MultiKueue
     copies the job (without managedBy, with the prebuilt-workload label) and the Workload to
     a worker; that worker's operator runs it on the prebuilt Workload; the manager's job
-    status follows it to Succeeded; no pod in the manager or the other worker."""
+    status follows it to Succeeded; no pod in the manager or the other worker. Then scenario
+    c: a second MxJob, running in a worker, deleted in the manager, is deleted in the worker
+    too, pods and all."""
     ns = queues.namespace
     manager = multi_cluster.plane("manager")
     operators = {name: Operators(plane, [ns], tmp_path / name)
@@ -261,6 +263,23 @@ def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
             "is managed by kueue.x-k8s.io/multikueue"), "the manager's operator said nothing"
         wait_for_workload(manager, ns, uid, lambda wl: condition_true(wl, "Finished"),
                           "the manager's Workload to finish", timeout=60)
+
+        # Scenario c: a running MxJob deleted in the manager goes from its worker too.
+        manifest["metadata"]["name"] = "mx2"
+        manifest["spec"]["replicaSpecs"]["Worker"] = replica(
+            "MxJob", 2, resources={"requests": {"cpu": "500m"}})  # runs until deleted
+        create(manager, ns, manifest)
+        running = wait_for(
+            lambda: next((w for w, plane in multi_cluster.workers.items()
+                          if any(p["status"].get("phase") == "Running"
+                                 for p in _mx_pods(plane, ns, "mx2"))), None),
+            "mx2's pods to run in a worker", timeout=120)
+        manager.kubectl("delete", "mxjobs.trainjobs.io", "mx2", "-n", ns, "--wait=false")
+        wait_for(lambda: get(multi_cluster.workers[running], ns, "mxjobs.trainjobs.io",
+                             "mx2") is None,
+                 f"mx2's copy in {running} to be deleted after the manager's", timeout=120)
+        wait_for(lambda: _mx_pods(multi_cluster.workers[running], ns, "mx2") == [],
+                 f"mx2's pods in {running} to go", timeout=60)
     finally:
         for plane in multi_cluster.planes:
             plane.kubectl("delete", "mxjobs.trainjobs.io", "--all", "-n", ns, "--wait=true",
@@ -272,6 +291,6 @@ def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
     assert not errors, errors
 
 
-def _mx_pods(plane: ControlPlane, namespace: str) -> list[dict[str, Any]]:
-    found = get(plane, namespace, "pods", "-l", f"{LABEL_JOB}=mx")
+def _mx_pods(plane: ControlPlane, namespace: str, name: str = "mx") -> list[dict[str, Any]]:
+    found = get(plane, namespace, "pods", "-l", f"{LABEL_JOB}={name}")
     return list((found or {}).get("items") or [])
