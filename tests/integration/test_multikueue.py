@@ -45,6 +45,8 @@ from trainjobs.testing import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.multikueue]
 
+#: The Kubeflow plugin's CRDs (kubeflow.org TFJob, MXJob), as the chart ships them.
+KUBEFLOW_CRDS = CRDS_DIR.parent / "charts" / "trainjobs" / "kubeflow-crds"
 #: Our kinds, as Kueue names external frameworks (Kind.version.group).
 KINDS = tuple(sorted(f"{fw.kind}.{fw.version}.{fw.group}"
                      for fw in load_plugins().frameworks.values()))
@@ -54,8 +56,10 @@ KINDS = tuple(sorted(f"{fw.kind}.{fw.version}.{fw.group}"
 def multi_cluster_options() -> MultiClusterOptions:
     """trainjobs' CRDs in every cluster, our kinds known to every Kueue and dispatched by the
     manager's generic MultiKueue adapter."""
-    return MultiClusterOptions(crds=(CRDS_DIR,), external_frameworks=KINDS,
-                               kueue=KueueOptions(external_frameworks=KINDS))
+    return MultiClusterOptions(crds=(CRDS_DIR, KUBEFLOW_CRDS), external_frameworks=KINDS,
+                               kueue=KueueOptions(
+                                   frameworks=("batch/job", "kubeflow.org/tfjob"),
+                                   external_frameworks=KINDS))
 
 
 def batch_job(name: str, queue: str, cpu: str, run: str) -> dict[str, Any]:
@@ -294,3 +298,56 @@ def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
 def _mx_pods(plane: ControlPlane, namespace: str, name: str = "mx") -> list[dict[str, Any]]:
     found = get(plane, namespace, "pods", "-l", f"{LABEL_JOB}={name}")
     return list((found or {}).get("items") or [])
+
+
+def test_a_kubeflow_tfjob_goes_through_kueues_own_adapter(
+        multi_cluster: MultiCluster, queues: QueueNames, tmp_path: Path) -> None:
+    """Scenario d: an unchanged kubeflow.org/v1 TFJob with runPolicy.managedBy
+    kueue.x-k8s.io/multikueue, operators with the Kubeflow plugin in every cluster: Kueue's
+    own tfjob integration makes the manager's Workload and its MultiKueue adapter the
+    worker's copy (managedBy cleared); the worker's operator runs it once Kueue unsuspends it;
+    the manager's TFJob status follows to Succeeded; no pod in the manager."""
+    ns = queues.namespace
+    manager = multi_cluster.plane("manager")
+    operators = {name: Operators(plane, [ns], tmp_path / name)
+                 for name, plane in (("manager", manager), *multi_cluster.workers.items())}
+    tfjobs = "tfjobs.kubeflow.org"
+    try:
+        for name, ops in operators.items():
+            (tmp_path / name).mkdir()
+            ops.start("--enable-plugins", "kubeflow", name=f"operator-{name}")
+        worker_spec = replica("TfJob", 1, exit_code=0, run="3s",
+                              resources={"requests": {"cpu": "500m"}})
+        created = create(manager, ns, {
+            "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": {"name": "tf", "labels": {QUEUE_LABEL: queues.local_queue}},
+            "spec": {"runPolicy": {"managedBy": MANAGED_BY_MULTIKUEUE},
+                     "tfReplicaSpecs": {"Worker": worker_spec}}})
+        uid = created["metadata"]["uid"]
+        wait_for_workload(manager, ns, uid, lambda wl: condition_true(wl, "Admitted"),
+                          "Kueue's Workload of the TFJob to be admitted", timeout=120)
+        worker = wait_for(
+            lambda: next((w for w, plane in multi_cluster.workers.items()
+                          if _mx_pods(plane, ns, "tf")), None),
+            "the TFJob's pods in a worker", timeout=120)
+        remote = get(multi_cluster.workers[worker], ns, tfjobs, "tf")
+        assert remote is not None
+        assert "managedBy" not in remote["spec"].get("runPolicy", {}), remote["spec"]
+        done = wait_for(
+            lambda: (j := get(manager, ns, tfjobs, "tf")) is not None
+            and any(c.get("type") == "Succeeded" and c.get("status") == "True"
+                    for c in (j.get("status") or {}).get("conditions") or []) and j,
+            "the manager's TFJob status to follow the worker's to Succeeded", timeout=180)
+        assert done["status"]["replicaStatuses"]["Worker"]["succeeded"] == 1, done["status"]
+        assert _mx_pods(manager, ns, "tf") == []
+        assert operators["manager"].started[0].logged(
+            "TFJob/.*/tf is managed by kueue.x-k8s.io/multikueue")
+    finally:
+        for plane in multi_cluster.planes:
+            plane.kubectl("delete", tfjobs, "--all", "-n", ns, "--wait=true",
+                          check=False, timeout=90)
+        problems = [p for ops in operators.values() for p in ops.stop_all()]
+        errors = [f"{name}: {e}" for name, ops in operators.items() for op in ops.started
+                  for e in op.problems()]
+    assert not problems, problems
+    assert not errors, errors
