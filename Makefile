@@ -53,8 +53,9 @@ image:
 
 ## make multikueue: only the MultiKueue scenarios (tests/integration/test_multikueue.py: a
 ## manager and two workers, each a whole control plane with Kueue v0.19.2). make test runs
-## them too; measured 157 s for the 3 scenarios on 2 shared CPUs (71 s of it starting the
-## three clusters, 51 s the MxJob scenario with its three operators).
+## them too; measured about 130 s for its 4 tests on 2 shared CPUs (pytest --durations: 44 s
+## starting the three clusters, 30 s the MxJob scenarios a and c, 24 s the TFJob one, 7 s each
+## batch/v1 one, the rest teardown).
 multikueue:
 	@venv=$$(scripts/dev-venv.sh); \
 	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \
