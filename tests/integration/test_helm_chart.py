@@ -48,7 +48,17 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION, ControlPlane
+from trainjobs.testing import (
+    EXIT_CODE_ANNOTATION,
+    RUN_DURATION_ANNOTATION,
+    ControlPlane,
+    Kueue,
+    condition_true,
+    create_cluster_queue,
+    create_local_queue,
+    create_resource_flavor,
+)
+from trainjobs.testing._kueue_objects import workloads_owned_by
 
 pytestmark = pytest.mark.integration
 
@@ -733,6 +743,32 @@ def test_gang_scheduling_grants_the_schedulers_podgroups(helm_offline: Helm, sch
     assert yaml.safe_load(one(docs, "ConfigMap")["data"]["controller-config.yaml"]) == config
 
 
+def test_kueue_grants_exactly_what_the_admission_calls(helm_offline: Helm) -> None:
+    """kueue.enabled: the Workloads the operator creates, patches (and their status) and
+    deletes, in the namespaces it watches; the cluster-scoped reads its caches list and watch
+    (operator/admission.py), bound cluster-wide also when it watches given namespaces; and the
+    queue-name policy."""
+    workloads = ({("kueue.x-k8s.io", "workloads", v, "")
+                  for v in ("list", "watch", "create", "patch", "delete")}
+                 | {("kueue.x-k8s.io", "workloads/status", "patch", "")})
+    reads = {(g, r, v, "") for g, r in (("kueue.x-k8s.io", "resourceflavors"),
+                                        ("kueue.x-k8s.io", "workloadpriorityclasses"),
+                                        ("scheduling.k8s.io", "priorityclasses"))
+             for v in ("list", "watch")}
+    docs = helm_offline.template("rel", "ops", {"kueue": {"enabled": True}})
+    roles = {d["metadata"]["name"]: rbac_grants(d["rules"]) for d in by_kind(docs, "ClusterRole")}
+    assert roles == {"rel-trainjobs": OPERATOR_GRANTS | workloads, "rel-trainjobs-kueue": reads}
+    docs = helm_offline.template("rel", "ops", {"kueue": {"enabled": True},
+                                                "watchNamespaces": ["a", "b"]})
+    assert {d["metadata"]["namespace"]: rbac_grants(d["rules"]) for d in by_kind(docs, "Role")
+            } == {"a": OPERATOR_GRANTS | workloads, "b": OPERATOR_GRANTS | workloads}
+    assert [rbac_grants(d["rules"]) for d in by_kind(docs, "ClusterRole")] == [reads]
+    policies = {d["metadata"]["name"] for d in by_kind(docs, "ValidatingAdmissionPolicy")}
+    assert "rel-trainjobs-kueue-queue-name" in policies
+    off = helm_offline.template("rel", "ops", {})
+    assert not any("kueue" in d["metadata"]["name"] for d in off)
+
+
 # -- server-side dry run of the rendered manifests -------------------------------------------
 
 
@@ -1353,3 +1389,101 @@ def test_kubeflow_compatibility_render(helm_offline: Helm) -> None:
          for v in ("list", "watch", "delete")}
         | {("kubeflow.org", f"{p}/status", "patch", "") for p in ("tfjobs", "mxjobs")}
         | {("kubeflow.org", f"{p}/finalizers", "update", "") for p in ("tfjobs", "mxjobs")})
+
+
+def test_kueue_queue_name_policy_on_the_api_server(
+        helm_offline: Helm, kube_cluster: ControlPlane, trainjobs_crds: list[str]) -> None:
+    """The chart's queue-name policy, applied to the real API server: a job's
+    kueue.x-k8s.io/queue-name label may change while it is Queued, not once it runs (a status
+    written by hand stands for the operator's)."""
+    docs = helm_offline.template(f"kq{uuid.uuid4().hex[:6]}", "ops", {"kueue": {"enabled": True}})
+    policy = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")
+              and d["metadata"]["name"].endswith("-queue-name")]
+    assert len(policy) == 2
+    ns = f"kq-{uuid.uuid4().hex[:8]}"
+    kube_cluster.kubectl("create", "namespace", ns)
+    kube_cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                               "items": policy}))
+    manifest = {"apiVersion": "trainjobs.io/v1alpha1", "kind": "TfJob",
+                "metadata": {"name": "q", "labels": {"kueue.x-k8s.io/queue-name": "a"}},
+                "spec": {"replicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
+                    "containers": [{"name": "tensorflow", "image": "example.invalid/x"}]}}}}}}
+
+    def state(value: str) -> None:
+        kube_cluster.kubectl("-n", ns, "patch", "tfjob", "q", "--subresource=status",
+                             "--type=merge", "-p", json.dumps({"status": {"state": value}}))
+
+    def relabel(queue: str) -> subprocess.CompletedProcess[str]:
+        return kube_cluster.kubectl("-n", ns, "label", "tfjob", "q", "--overwrite",
+                                    f"kueue.x-k8s.io/queue-name={queue}", check=False)
+
+    try:
+        kube_cluster.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(manifest))
+        state("Running")
+        # The policy takes effect once the API server has loaded it.
+        tries = iter(range(1000))
+
+        def refusal() -> subprocess.CompletedProcess[str] | None:
+            # A new queue each try: one accepted before the policy loaded changes the label.
+            result = relabel(f"q{next(tries)}")
+            return result if result.returncode != 0 else None
+
+        refused = wait_for(refusal, "the policy to refuse a queue change of a Running job",
+                           timeout=30)
+        assert "cannot change while the job is Running" in refused.stderr, refused.stderr
+        state("Queued")
+        assert relabel("b").returncode == 0, "a Queued job's queue may change"
+        kube_cluster.kubectl("-n", ns, "label", "tfjob", "q", "team=x")  # other labels: free
+    finally:
+        kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        for doc in policy:
+            kube_cluster.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"],
+                                 "--ignore-not-found", check=False)
+
+
+def test_operator_as_the_chart_service_account_is_admitted_through_kueue(
+        helm: Helm, kube_cluster: ControlPlane, kueue: Kueue, kube_namespace: str,
+        tmp_path: Path) -> None:
+    """kueue.enabled grants enough: the operator, as the chart's ServiceAccount, finds Kueue,
+    creates a queued job's Workload, is admitted, runs it, reports Finished and removes
+    Kueue's finalizer; and with the admission policy on (the default) its pods are admitted."""
+    name, ns = unique("tjk"), unique("helm-kueue")
+    flavor = unique("hk")
+    create_namespace(kube_cluster, ns, RESTRICTED)
+    create_resource_flavor(kube_cluster, flavor)
+    create_cluster_queue(kube_cluster, flavor, quotas={flavor: {"cpu": "4"}})
+    create_local_queue(kube_cluster, kube_namespace, "queue", flavor)
+    try:
+        helm("install", name, str(CHART), f"--namespace={ns}", "--wait", "--timeout=120s",
+             *values_args(helm.home, {"kueue": {"enabled": True}, **KWOK_TEST_POD}))
+        sa = f"{name}-trainjobs"
+        with run_operator(kube_cluster, name, ns, sa, tmp_path) as operator:
+            job = job_manifest("TfJob", "queued", {"Worker": replica(
+                "tensorflow", exit_code="0", resources={"requests": {"cpu": "1"}})})
+            job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "queue"}
+            apply(kube_cluster, kube_namespace, job)
+            wait_succeeded(kube_cluster, kube_namespace, "tfjob/queued")
+            uid = get_json(kube_cluster, "tfjob", "queued", "-n", kube_namespace)[
+                "metadata"]["uid"]
+
+            def finished() -> dict[str, Any] | None:
+                owned = workloads_owned_by(kube_cluster, kube_namespace, uid)
+                done = [w for w in owned if condition_true(w, "Finished")
+                        and not w["metadata"].get("finalizers")]
+                return done[0] if done else None
+
+            wait_for(finished, "the Workload Finished and without Kueue's finalizer")
+            (pod,) = get_json(kube_cluster, "pods", "-n", kube_namespace, "-l",
+                              "trainjobs.io/job-name=queued")["items"]
+            assert pod["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == flavor
+            assert operator.readyz()
+    finally:
+        kube_cluster.kubectl("-n", kube_namespace, "delete", "tfjob", "queued",
+                             "--ignore-not-found", "--wait=true", check=False, timeout=60)
+        helm("uninstall", name, f"--namespace={ns}", "--wait", "--timeout=60s", check=False)
+        kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        kube_cluster.kubectl("-n", kube_namespace, "delete", "localqueue", "queue",
+                             "--ignore-not-found", check=False)
+        for kind in ("clusterqueue", "resourceflavor"):
+            kube_cluster.kubectl("delete", kind, flavor, "--ignore-not-found", "--wait=true",
+                                 check=False, timeout=60)
