@@ -10,16 +10,21 @@ Kueue, so it finds Kueue's Workload API at start.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.integration.operator_helpers import (
+    REPO,
     Namespace,
     Operator,
     Operators,
@@ -29,9 +34,13 @@ from tests.integration.operator_helpers import (
     wait_for,
 )
 from trainjobs.testing import (
+    EXIT_CODE_ANNOTATION,
+    RUN_DURATION_ANNOTATION,
     ClusterOptions,
     ControlPlane,
     Kueue,
+    WaitForPodsReady,
+    apply_crds,
     create_cluster_queue,
     create_local_queue,
     create_resource_flavor,
@@ -59,7 +68,7 @@ class Queue:
 
     def tfjob(self, name: str, cpu: str, run: str = "3s", workers: int = 1,
               priority: str | None = None, exit_code: int | None = 0,
-              **extra: Any) -> dict[str, Any]:
+              node_selector: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
         labels = {QUEUE_LABEL: "queue"}
         if priority:
             labels[PRIORITY_LABEL] = priority
@@ -67,6 +76,9 @@ class Queue:
             "TfJob", workers, exit_code=exit_code, run=run,
             resources={"requests": {"cpu": cpu}}, **extra)})
         manifest["metadata"]["labels"] = labels
+        if node_selector:
+            manifest["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = (
+                node_selector)
         return self.ns.create(manifest)
 
     def workloads(self, uid: str) -> list[dict[str, Any]]:
@@ -261,3 +273,130 @@ def test_operator_restarted_mid_admission_makes_no_second_workload(
     assert [w["metadata"]["uid"] for w in queue.workloads(uid)] == [first["metadata"]["uid"]]
     assert sum(1 for n in ns.scheduled() if n.startswith("waits-")) == 1
     assert not restarted.problems()
+
+
+PYTORCH = REPO / "examples" / "plugins" / "trainjobs-pytorch"
+
+
+@pytest.fixture
+def pytorch_path(tmp_path: Path, kube_cluster: ControlPlane) -> Iterator[str]:
+    """The example PyTorchJob plugin, unchanged, made importable as an installed distribution
+    (its source tree and a dist-info with its `trainjobs` entry point, on PYTHONPATH; not
+    pip-installed, which would change what the session's other tests see), and its CRD
+    (written by `trainjobs crds` with the plugin) applied; the CRD is deleted after."""
+    site = tmp_path / "site"
+    info = site / "trainjobs_pytorch-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: trainjobs-pytorch\n"
+                                   "Version: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[trainjobs]\npytorch = trainjobs_pytorch:plugin\n")
+    path = f"{site}{os.pathsep}{PYTORCH / 'src'}"
+    out, crds = tmp_path / "all-crds", tmp_path / "crds"
+    crds.mkdir()
+    subprocess.run([sys.executable, "-m", "trainjobs.cli", "crds", "-o", str(out)],
+                   env={**os.environ, "PYTHONPATH": path}, check=True, timeout=120,
+                   capture_output=True)
+    shutil.copy(out / "trainjobs.io_pytorchjobs.yaml", crds)
+    names = apply_crds(kube_cluster.kubeconfig, crds)
+    try:
+        yield path
+    finally:
+        kube_cluster.kubectl("delete", "crd", *names, "--wait=true", check=False, timeout=120)
+
+
+def test_a_third_party_plugin_kind_is_admitted_with_no_plugin_change(
+        queue: Queue, operators: Operators, pytorch_path: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """(d) The example PyTorchJob (Master + 2 Workers, a pip-installable plugin that knows
+    nothing of Kueue) gets its Workload with one podSet per replica type, is admitted, its
+    pods get the flavor, and it succeeds."""
+    ns = queue.ns
+    queue.operator.stop()
+    monkeypatch.setenv("PYTHONPATH", pytorch_path)
+    op = operators.start(name="with-pytorch")
+    doc: dict[str, Any] = yaml.safe_load((PYTORCH / "examples" / "pytorch-gloo.yaml").read_text())
+    doc["metadata"] = {"name": "torch", "labels": {QUEUE_LABEL: "queue"}}
+    specs = doc["spec"]["replicaSpecs"]
+    specs["Master"]["template"]["metadata"] = {"annotations": {
+        EXIT_CODE_ANNOTATION: "0", RUN_DURATION_ANNOTATION: "3s"}}
+    specs["Worker"]["template"]["metadata"] = {"annotations": {RUN_DURATION_ANNOTATION: "1s"}}
+    for spec in specs.values():  # the ClusterQueue covers cpu only (Kueue refuses the rest)
+        for main in spec["template"]["spec"]["containers"]:
+            main["resources"] = {"limits": {"cpu": "1"}}
+    created = json.loads(ns.kubectl("create", "-f", "-", "-o", "json",
+                                    input=json.dumps(doc)).stdout)
+    (wl,) = wait_for(lambda: queue.workloads(created["metadata"]["uid"]),
+                     "the PyTorchJob's Workload", timeout=60)
+    assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+        ("master", 1), ("worker", 2)]
+
+    def finished() -> dict[str, Any] | None:
+        got = ns.get_path(f"/apis/trainjobs.io/v1alpha1/namespaces/{ns.name}/pytorchjobs/torch")
+        status: dict[str, Any] = (got or {}).get("status") or {}
+        return status if status.get("state") in ("Succeeded", "Failed") else None
+
+    try:
+        status = wait_for(finished, lambda: "the PyTorchJob to finish: " + json.dumps(
+            ns.get_path(f"/apis/trainjobs.io/v1alpha1/namespaces/{ns.name}/pytorchjobs/torch")),
+            timeout=90)
+        assert status["state"] == "Succeeded", status
+        # Three pods ran (the Workers are cleaned up once the Master succeeded: cleanPodPolicy
+        # Running), on the flavor's nodes.
+        assert sorted(n for n in ns.scheduled() if n.startswith("torch-")) == [
+            "torch-master-0", "torch-worker-0", "torch-worker-1"]
+        for pod in ns.pods("torch"):
+            assert pod["spec"]["nodeSelector"]["pool"] == queue.flavor
+            assert pod["spec"]["nodeName"] in queue.nodes
+        assert not op.problems()
+    finally:
+        # Deleted while its CRD exists, and its Workload with it: the garbage collector learns
+        # of a CRD made during the session only at its discovery resync (30 s), and cannot
+        # resolve an owner whose kind is gone once the fixture deletes the CRD.
+        ns.kubectl("delete", "pytorchjob", "torch", "--wait=true", check=False)
+        ns.kubectl("delete", WORKLOADS, wl["metadata"]["name"], "--ignore-not-found",
+                   check=False)
+
+
+def test_suspend_deactivates_the_workload_and_resume_runs_again(queue: Queue) -> None:
+    """`runPolicy.suspend: true` on an admitted, running job: the Workload is deactivated
+    (spec.active false; Kueue evicts it), the job is Suspended (not Queued) with no pod; on
+    resume it is admitted again and runs, with no restart counted."""
+    ns = queue.ns
+    created = queue.tfjob("pausing", cpu="1", exit_code=None)
+    uid = created["metadata"]["uid"]
+    ns.wait_state("TfJob", "pausing", "Running", timeout=60)
+    ns.patch_job("TfJob", "pausing", {"spec": {"runPolicy": {"suspend": True}}})
+    ns.wait_state("TfJob", "pausing", "Suspended", timeout=30)
+    wait_for(lambda: not ns.pods("pausing"), "the suspended job's pods to go", timeout=30)
+    (wl,) = wait_for(lambda: [w for w in queue.workloads(uid)
+                              if w["spec"].get("active") is False
+                              and not any(c["type"] == "QuotaReserved" and c["status"] == "True"
+                                          for c in w["status"].get("conditions", []))],
+                     "the Workload deactivated and its quota released", timeout=30)
+    ns.patch_job("TfJob", "pausing", {"spec": {"runPolicy": {"suspend": False}}})
+    ns.wait_state("TfJob", "pausing", "Running", timeout=60)
+    (pod,) = ns.pods("pausing")
+    ns.end_pod(pod["metadata"]["name"])
+    status = ns.wait_finished("TfJob", "pausing", timeout=60)
+    assert status["state"] == "Succeeded", status
+    assert status["replicaStatuses"]["Worker"]["restarts"] == 0
+    assert [w["metadata"]["uid"] for w in queue.workloads(uid)] == [wl["metadata"]["uid"]]
+    assert not queue.operator.problems()
+
+
+def test_pods_that_never_get_ready_are_evicted_by_wait_for_pods_ready(
+        kueue: Kueue, queue: Queue) -> None:
+    """(f) Kueue restarted with a 10 s waitForPodsReady: a job whose pod can never be
+    scheduled (a nodeSelector no node has) is admitted, then evicted (PodsReadyTimeout): its
+    pod goes, it is Queued/Evicted saying so, not Failed, with no restart counted."""
+    ns = queue.ns
+    with kueue.configured(kueue.with_options(wait_for_pods_ready=WaitForPodsReady(
+            timeout="10s"))):
+        queue.tfjob("stuck", cpu="1", exit_code=None, node_selector={"no-such-label": "x"})
+        status = queue.queued("stuck", "PodsReadyTimeout", timeout=90)
+        cond = condition(status, "Queued")
+        assert cond is not None and cond["reason"] == "Evicted", cond
+        assert condition(status, "Failed") is None
+        assert status["replicaStatuses"]["Worker"]["restarts"] == 0
+        assert "Evicted" in ns.event_reasons("stuck")
+        assert not queue.operator.problems()

@@ -132,6 +132,14 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.kueue.enabled }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- $gang := (.Values.controllerConfig.gangScheduling | default dict).scheduler | default "none" }}
 {{- if eq $gang "coscheduling" }}
 - apiGroups: ["scheduling.x-k8s.io"]
