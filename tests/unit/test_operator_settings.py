@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from trainjobs_features import gang, tf_ps_server
+from trainjobs_features import accelerators, gang, tf_ps_server
 from trainjobs_features.gang import GangConfig, gang_config
 
 from trainjobs.errors import PluginError, TrainjobsError
@@ -75,6 +75,12 @@ def test_the_gang_flag_wins_over_the_file_field_by_field(tmp_path: Path) -> None
      "gangScheduling.scheduler: 'yunikorn' is not one of"),
     ((), {"gangScheduling": "volcano"}, PluginError, "gangScheduling: expected a mapping"),
     ((), {"tfImage": 3}, PluginError, "tfImage: expected an image name, got 3"),
+    ((), {"accelerators": ["nvidia.com/gpu"]}, PluginError,
+     "accelerators: expected a mapping of extended resources"),
+    ((), {"accelerators": {"nvidia.com/gpu": {"volumes": [{"name": "libs"}]}}}, PluginError,
+     "accelerators.nvidia.com/gpu.volumes[0].mountPath: expected a non-empty string"),
+    ((), {"accelerators": {"nvidia.com/gpu": {"envVars": [{"name": "X"}]}}}, PluginError,
+     "accelerators.nvidia.com/gpu.envVars[0].value: missing"),
     ((), ["not", "a", "mapping"], TrainjobsError, "expected a mapping"),
 ])
 def test_a_bad_value_stops_the_start_naming_it(tmp_path: Path, flags: tuple[str, ...],
@@ -91,7 +97,7 @@ def test_a_missing_file_names_the_flag_and_path(tmp_path: Path) -> None:
 
 
 def test_each_plugin_section_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: dict[str, int] = {"gang": 0, "tf": 0}
+    calls: dict[str, int] = {"gang": 0, "tf": 0, "gpu": 0}
 
     def counting(name: str, parse: Any) -> Any:
         def wrapped(section: object) -> Any:
@@ -105,18 +111,25 @@ def test_each_plugin_section_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> 
                         counting("gang", gang.parse_gang_section))
     monkeypatch.setattr(tf_ps_server, "parse_tf_image",
                         counting("tf", tf_ps_server.parse_tf_image))
+    monkeypatch.setattr(accelerators, "parse_accelerators",
+                        counting("gpu", accelerators.parse_accelerators))
+    gpu = {"nvidia.com/gpu": {"envVars": [{"name": "GPU_LIBS", "value": "/opt/gpu"}]}}
     config = controller_config({"gangScheduling": {"scheduler": "volcano"},
-                                "tfImage": "mirror/tf:2"}, PLUGINS, {})
-    assert calls == {"gang": 1, "tf": 1}  # checked at start
+                                "tfImage": "mirror/tf:2", "accelerators": gpu}, PLUGINS, {})
+    assert calls == {"gang": 1, "tf": 1, "gpu": 1}  # checked at start
     job = tfjob(Chief=1, Worker=4, PS=2)
     job["spec"]["replicaSpecs"]["PS"] = {"replicas": 2}  # the default PS server's image
+    job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": 1}}
     for _ in range(3):
         rendered = render(job, controller_config=config)
         assert {p["spec"]["schedulerName"] for p in rendered.pods.values()} == {"volcano"}
         ps = [c["image"] for n, p in rendered.pods.items() if "-ps-" in n
               for c in p["spec"]["containers"]]
         assert ps == ["mirror/tf:2", "mirror/tf:2"]
-    assert calls == {"gang": 1, "tf": 1}  # 3 renderings of 7 pods: no parse again
+        worker = rendered.pods["tf-worker-0"]["spec"]["containers"][0]
+        assert {"name": "GPU_LIBS", "value": "/opt/gpu"} in worker["env"]
+    assert calls == {"gang": 1, "tf": 1, "gpu": 1}  # 3 renderings of 7 pods: no parse again
 
 
 def test_the_config_is_read_only_and_a_bad_section_raises_every_time() -> None:
