@@ -53,9 +53,9 @@ image:
 
 ## make multikueue: only the MultiKueue scenarios (tests/integration/test_multikueue.py: a
 ## manager and two workers, each a whole control plane with Kueue v0.19.2). make test runs
-## them too; measured about 130 s for its 4 tests on 2 shared CPUs (pytest --durations: 44 s
-## starting the three clusters, 30 s the MxJob scenarios a and c, 24 s the TFJob one, 7 s each
-## batch/v1 one, the rest teardown).
+## them too. Measured on 2 shared CPUs (pytest --durations): about 130 s for the first 4
+## tests (44 s starting the three clusters, 30 s the MxJob scenarios a and c, 24 s the TFJob
+## one, 7 s each batch/v1 one, the rest teardown); the MxJob scenario b added 29 s more.
 multikueue:
 	@venv=$$(scripts/dev-venv.sh); \
 	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \

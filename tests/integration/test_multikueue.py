@@ -351,3 +351,51 @@ def test_a_kubeflow_tfjob_goes_through_kueues_own_adapter(
                   for e in op.problems()]
     assert not problems, problems
     assert not errors, errors
+
+
+def test_with_one_worker_full_an_mxjob_runs_on_the_other(
+        multi_cluster: MultiCluster, queues: QueueNames, tmp_path: Path) -> None:
+    """Scenario b with our MxJob: worker1's ClusterQueue is full (a batch Job of its own holds
+    all 4 CPUs); an MxJob of 3 CPUs created in the manager runs in worker2 by worker2's
+    operator and Succeeds in the manager; worker1 ends with neither a copy nor a pod of it."""
+    ns = queues.namespace
+    manager = multi_cluster.plane("manager")
+    full, free = list(multi_cluster.workers)
+    create(multi_cluster.workers[full], ns, batch_job("hog", queues.local_queue, "4", "10m"))
+    wait_for(lambda: _running_in(multi_cluster, ns, "hog") == full,
+             f"the local Job to fill {full}", timeout=90)
+    operators = {name: Operators(plane, [ns], tmp_path / name)
+                 for name, plane in (("manager", manager), *multi_cluster.workers.items())}
+    try:
+        for name, ops in operators.items():
+            (tmp_path / name).mkdir()
+            ops.start(name=f"operator-{name}")
+        manifest = job("MxJob", "big", {
+            "Scheduler": replica("MxJob", resources={"requests": {"cpu": "500m"}}),
+            "Server": replica("MxJob", resources={"requests": {"cpu": "500m"}}),
+            "Worker": replica("MxJob", 2, exit_code=0, run="3s",
+                              resources={"requests": {"cpu": "1"}}),
+        }, managedBy=MANAGED_BY_MULTIKUEUE)
+        manifest["metadata"]["labels"] = {QUEUE_LABEL: queues.local_queue}
+        create(manager, ns, manifest)
+        worker = wait_for(
+            lambda: next((w for w, plane in multi_cluster.workers.items()
+                          if _mx_pods(plane, ns, "big")), None),
+            "the MxJob's pods in a worker", timeout=120)
+        assert worker == free
+        wait_for(lambda: ((get(manager, ns, "mxjobs.trainjobs.io", "big") or {})
+                          .get("status") or {}).get("state") == "Succeeded",
+                 "the manager's MxJob to be Succeeded", timeout=180)
+        wait_for(lambda: get(multi_cluster.workers[full], ns, "mxjobs.trainjobs.io", "big")
+                 is None, f"no copy of the MxJob in {full}", timeout=60)
+        assert _mx_pods(multi_cluster.workers[full], ns, "big") == []
+        assert _mx_pods(manager, ns, "big") == []
+    finally:
+        for plane in multi_cluster.planes:
+            plane.kubectl("delete", "mxjobs.trainjobs.io", "--all", "-n", ns, "--wait=true",
+                          check=False, timeout=90)
+        problems = [p for ops in operators.values() for p in ops.stop_all()]
+        errors = [f"{name}: {e}" for name, ops in operators.items() for op in ops.started
+                  for e in op.problems()]
+    assert not problems, problems
+    assert not errors, errors
