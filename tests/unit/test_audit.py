@@ -134,3 +134,18 @@ def test_a_second_kubelet_delete_finding_nothing_right_after_it_finished_one_is_
     ]
     history = pod_histories(events, "ns")["s-0"]
     assert [(w.uid, w.code) for w in history.unasked_deletes()] == [("", 404)]
+
+
+def test_a_kubelet_404_logged_just_before_it_finishes_the_asked_deletion_is_asked() -> None:
+    # Hostile-spec run at 40b9933: KWOK's two queued deletes of a pod the operator deleted ran
+    # at once; the one that found nothing was logged 0.3 ms before the one that removed it.
+    events = [
+        event("create", "a-0", OP, 201),
+        event("delete", "a-0", OP, uid="a", phase="Running"),
+        event("delete", "a-0", KWOK, code=404),  # concurrent with the next: nothing else here
+        event("delete", "a-0", KWOK, uid="a", phase="Succeeded"),
+        event("create", "a-0", OP, 201),
+        event("delete", "a-0", KWOK, code=404),  # after a create, nothing deleting: unasked
+    ]
+    history = pod_histories(events, "ns")["a-0"]
+    assert [(w.uid, w.code) for w in history.unasked_deletes()] == [("", 404)]

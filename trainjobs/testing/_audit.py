@@ -178,7 +178,9 @@ class PodHistory:
         back) is asked for while a deletion another started is still unfinished, and so is a
         404 of ``by`` right after it finished an asked deletion with no create between (KWOK
         queues the delete stage twice when a pod changes as it is deleted: the second finds
-        nothing; only one after a new create could have hit the successor)."""
+        nothing; only one after a new create could have hit the successor), and so is a 404 of
+        ``by`` logged while that deletion is unfinished (its two queued deletes ran at once:
+        the one that found nothing was logged first, by microseconds)."""
         asked = {w.uid for w in self.writes if w.verb == "delete" and w.agent != by and w.uid}
         out: list[PodWrite] = []
         blind = 0  # deletes by others whose answer was lost (5xx): the pod is unknown
@@ -186,7 +188,10 @@ class PodHistory:
         finished = False  # ``by`` finished an asked deletion since the last create
         for w in self.writes:
             if w.verb == "create":
+                # A pod of the name was created: the one whose deletion was unfinished is gone
+                # (the name was free); a 404 from here on could have been aimed at this one.
                 finished = False
+                unfinished.clear()
             if w.verb != "delete":
                 continue
             lost = w.code >= 500 or w.code == 0
@@ -199,7 +204,8 @@ class PodHistory:
                 finished = True
             elif w.code == 200 and blind:
                 blind -= 1
-            elif not (lost and unfinished) and not (w.code == 404 and finished):
+            elif not ((lost or w.code == 404) and unfinished) and \
+                    not (w.code == 404 and finished):
                 out.append(w)
         return out
 
