@@ -18,7 +18,7 @@ from typing import Any
 from trainjobs.api.models import ConditionType, Job, JobStatus
 from trainjobs.core.admission import Admission
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase, attempt_of
-from trainjobs.core.planner import EXCLUSIVE_CONDITIONS, Plan, PlannerSettings, plan
+from trainjobs.core.planner import EXCLUSIVE_CONDITIONS, Plan, PlanInputs, PlannerSettings, plan
 from trainjobs.core.render import (
     ANNOTATION_REPLICAS,
     LABEL_REPLICA_INDEX,
@@ -121,12 +121,13 @@ class World:
         lost pods are handed over once, as the controller does."""
         job = self.job
         lost_causes, self.lost_causes = self.lost_causes, {}
-        return plan(job, self.desired, list(self.pods.values()), set(self.services),
-                    set(self.extras),
+        inputs = PlanInputs(list(self.pods.values()), set(self.services), set(self.extras),
+                            lost_causes, owed=self.owed, admission=self.admission,
+                            now=self.now)
+        return plan(job, self.desired, inputs,
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
-                    now=self.now, settings=self.settings, lost_causes=lost_causes,
-                    restart_together=self.framework.replicas_restart_together, owed=self.owed,
-                    admission=self.admission)
+                    settings=self.settings,
+                    restart_together=self.framework.replicas_restart_together)
 
     def apply(self, p: Plan) -> Plan:
         """Carry out a plan the way a backend would."""

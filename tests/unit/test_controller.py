@@ -4,9 +4,12 @@ stands for, what is forgotten with a deleted job, and a name someone else holds.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from trainjobs.kube import PODS, ApiForbidden
+from trainjobs.operator.cache import reduce_job
 
 from .controller_harness import NS, TFJOBS, Harness, running_controller
 from .fake_kube import status_error
@@ -244,3 +247,28 @@ async def test_a_job_created_again_under_its_name_inherits_nothing() -> None:
         fresh = h.memory()
         assert fresh is not None and fresh is not old
         assert fresh.expectations.pending() == (set(), set())
+
+
+async def test_the_watch_event_of_our_own_status_write_queues_nothing() -> None:
+    """The write's answer is applied at once; the same version coming back by the watch is
+    no change (it cost one more reconcile per status write, issue 28). A newer one is."""
+    async with running_controller(status_coalesce_seconds=0.0) as h:
+        h.submit()
+        await h.reconcile("tf")
+        assert h.status_writes() == 1
+        mem = h.memory()
+        assert mem is not None
+        written = reduce_job(copy.deepcopy(h.job()))
+        assert written.raw["metadata"]["resourceVersion"] == \
+            mem.entry.raw["metadata"]["resourceVersion"]
+        queue = h.controller.queue
+        while len(queue):  # (as if workers had reconciled what is queued)
+            key = await queue._get()
+            assert key is not None
+            queue._done(key)
+        h.controller._on_job("MODIFIED", (NS, "tf"), written, mem.entry)
+        assert len(queue) == 0
+        newer = reduce_job(copy.deepcopy(h.job()))
+        newer.raw["metadata"]["resourceVersion"] = "999999"
+        h.controller._on_job("MODIFIED", (NS, "tf"), newer, mem.entry)
+        assert len(queue) == 1 and mem.entry is newer

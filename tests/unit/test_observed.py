@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.unit.planner_helpers import World, tf_doc
 from trainjobs.core.observed import PodPhase, from_pod
-from trainjobs.core.planner import plan
+from trainjobs.core.planner import PlanInputs, plan
 
 
 def _pod(**status: Any) -> dict[str, Any]:
@@ -37,8 +37,9 @@ def test_backoff_limit_message_names_replica_and_last_exit_code() -> None:
     world.set("tf-worker-0", phase=PodPhase.RUNNING, restarts=3, last_exit_code=42,
               last_reason="Error")
     job = world.job
-    decision = plan(job, world.desired, list(world.pods.values()), world.services, world.extras,
-                    lambda o: False, now=datetime.now(UTC))
+    decision = plan(job, world.desired, PlanInputs(list(world.pods.values()), world.services,
+                                                   world.extras, now=datetime.now(UTC)),
+                    lambda o: False)
     assert decision.status.state == "Failed"
     failed = next(c for c in decision.status.conditions if c.type == "Failed")
     assert failed.reason == "BackoffLimitExceeded"

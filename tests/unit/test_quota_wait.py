@@ -3,7 +3,7 @@ clock) and the job says why, with standard conditions; it proceeds when the quot
 
 from __future__ import annotations
 
-from trainjobs.core.planner import plan
+from trainjobs.core.planner import PlanInputs, plan
 from trainjobs.operator.backoff import CreateGate
 
 from .planner_helpers import World, mx_doc
@@ -43,9 +43,10 @@ def test_retry_after_is_honoured() -> None:
 
 def _plan(w: World, refused: str) -> None:
     job = w.job
-    w.apply(plan(job, w.desired, list(w.pods.values()), set(w.services), set(w.extras),
-                 succeeded=lambda o: w.plugins.job_succeeded(job, w.framework, o),
-                 now=w.now, create_refused=refused))
+    inputs = PlanInputs(list(w.pods.values()), set(w.services), set(w.extras),
+                        create_refused=refused, now=w.now)
+    w.apply(plan(job, w.desired, inputs,
+                 succeeded=lambda o: w.plugins.job_succeeded(job, w.framework, o)))
 
 
 def test_the_job_says_it_waits_for_quota_and_is_not_failed() -> None:

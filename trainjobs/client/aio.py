@@ -32,6 +32,7 @@ from trainjobs.client.errors import (
 )
 from trainjobs.client.views import JobEvent, PodInfo, replica_names
 from trainjobs.core.render import LABEL_JOB_NAME
+from trainjobs.core.status import FINISHED_STATES
 from trainjobs.core.validation import parse_job, split_jobs
 from trainjobs.errors import SpecInvalid
 from trainjobs.kube import (
@@ -54,8 +55,8 @@ from trainjobs.yamlio import load_documents, read_documents
 
 __all__ = ["FINISHED", "AsyncClient", "JobSource", "job_from_api"]
 
-#: States after which a job never changes again.
-FINISHED = ("Succeeded", "Failed")
+#: States after which a job never changes again (trainjobs.core.status defines them).
+FINISHED = FINISHED_STATES
 #: What `create` takes: a model, a manifest dict, YAML text, or a path to a YAML file.
 JobSource = Job | dict[str, Any] | str | os.PathLike[str]
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainjobs.api.models import Job
 from trainjobs.core.render import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from trainjobs.core.status import is_finished
 
 __all__ = ["JobEvent", "PodInfo", "ReplicaProgress", "progress", "replica_names"]
 
@@ -161,7 +162,7 @@ def progress(job: Job, pods: list[PodInfo]) -> list[ReplicaProgress]:
         succeeded = max(counted.succeeded if counted else 0,
                         sum(p.phase == "Succeeded" for p in mine))
         failed = counted.failed if counted else 0
-        finished = job.status.state in ("Succeeded", "Failed")
+        finished = is_finished(job.status)
         missing = 0 if finished else max(
             0, spec.replicas - len(running) - len(waiting) - succeeded)
         reasons = sorted({_why(p) for p in waiting if _why(p)})

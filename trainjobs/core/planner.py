@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,15 +34,19 @@ from trainjobs.core.observed import (
     loss_reason,
 )
 from trainjobs.core.render import RenderedJob, replica_counts
+from trainjobs.core.status import (
+    EXCLUSIVE_CONDITIONS,
+    current_condition,
+    is_finished,
+    iso,
+    set_exclusive,
+    state_of,
+)
 from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 
-__all__ = ["EXCLUSIVE_CONDITIONS", "Event", "Plan", "PlannerSettings", "plan", "retryable"]
+__all__ = ["EXCLUSIVE_CONDITIONS", "Event", "Plan", "PlanInputs", "PlannerSettings", "plan",
+           "retryable"]
 
-EXCLUSIVE_CONDITIONS = (
-    ConditionType.RUNNING, ConditionType.RESTARTING, ConditionType.SUCCEEDED,
-    ConditionType.FAILED, ConditionType.SUSPENDED, ConditionType.QUEUED,
-)
-FINISHED = (ConditionType.SUCCEEDED, ConditionType.FAILED)
 
 
 @dataclass(frozen=True)
@@ -82,12 +87,53 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     delete_job: bool = False
+    # Replicas that restart together: the pods of the attempt the backend is to create, now
+    # or once its creates are no longer held, and those it still owes (`PlanInputs.owed` of
+    # the next pass, less the pods it has seen by then).
+    owe: frozenset[str] = frozenset()
 
     @property
     def actions(self) -> int:
         return (len(self.create_pods) + len(self.delete_pods) + len(self.create_services)
                 + len(self.delete_services) + len(self.create_extras) + len(self.delete_extras)
                 + int(self.delete_job))
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What the backend knows of a job besides its spec and rendering: what exists, what it
+    saw, and what holds it back. One type, so that a new input (an admission system's
+    decision) is one new field, not a new parameter on every path.
+
+    `pods`: the job's pods (including those the backend just created or deleted but its
+    cache has not shown yet); `services` and `extras`: the names of the Services and extra
+    objects (`Kind/name`) that exist. `lost_causes`: what the backend saw of pods that
+    disappeared without the operator deleting them after they had started (pod name ->
+    cause, e.g. the DisruptionTarget reason): lost, with that cause in the ReplicaLost event.
+    Without it a loss is still seen from the status alone (a started index whose pod is
+    gone), so an operator restart forgets none (the status may lag a pod's start by its
+    write coalescing). `create_refused`: why the backend's creates for this job wait
+    ("QuotaExceeded: ..."): the Created condition's reason and the pending replicas'
+    pendingReason tell it. `creates_held`: seconds before the backend may create for this
+    job again (a quota's back-off): the plan creates nothing and comes back then. `owed`
+    (replicas that restart together): the pods of the current attempt this backend decided
+    to create and has not seen created yet (a create that failed is retried); any other pod
+    of the attempt that is missing was deleted, or its create was cut off by an operator
+    restart: the attempt is broken and a fresh one starts (see `_next_attempt`).
+    `admission`: what Kueue decided (None: the job is not queued). Not admitted: no replica
+    may exist (`_queue`); admitted: the pods get the admission's flavors (`_admitted`).
+    `now`: the backend's clock (default: the system's).
+    """
+
+    pods: Sequence[ObservedPod] = ()
+    services: AbstractSet[str] = frozenset()
+    extras: AbstractSet[str] = frozenset()
+    lost_causes: Mapping[str, GonePod] = field(default_factory=dict)
+    create_refused: str = ""
+    creates_held: float = 0.0
+    owed: frozenset[str] = frozenset()
+    admission: Admission | None = None
+    now: datetime | None = None
 
 
 def retryable(policy: RestartPolicy, pod: ObservedPod) -> bool:
@@ -131,42 +177,43 @@ class _State:
 def plan(
     job: Job,
     desired: RenderedJob,
-    pods: Sequence[ObservedPod],
-    services: set[str],
-    extras: set[str],
+    inputs: PlanInputs,
     succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
-    now: datetime | None = None,
     settings: PlannerSettings = PlannerSettings(),
     restart_together: bool = False,
-    lost_causes: Mapping[str, GonePod] | None = None,
-    create_refused: str = "",
-    owed: frozenset[str] = frozenset(),
-    admission: Admission | None = None,
 ) -> Plan:
     """Decide the next actions and the status for `job`.
 
-    `desired` is the job rendered by the plugins; `pods` the job's pods (including those the
-    backend just created or deleted but its cache has not shown yet); `services` and `extras`
-    the names of the Services and extra objects (`Kind/name`) that exist; `succeeded` the
-    kind's success rule; `restart_together` the kind's `Framework.replicas_restart_together`;
-    `lost_causes` what the backend saw of pods that disappeared without the operator
-    deleting them after they had started (pod name -> cause, e.g. the DisruptionTarget
-    reason): lost, with that cause in the ReplicaLost event. Without it a loss is still seen
-    from the status alone (a started index whose pod is gone), so an operator restart
-    forgets none (the status may lag a pod's start by its write coalescing).
-    `create_refused` says why the backend's creates for this job wait ("QuotaExceeded: ..."):
-    the Created condition's reason and the pending replicas' pendingReason tell it.
-    `owed` (replicas that restart together): the pods of the current attempt this backend
-    decided to create and has not seen created yet (a create that failed is retried); any
-    other pod of the attempt that is missing was deleted, or its create was cut off by an
-    operator restart: the attempt is broken and a fresh one starts (see `_next_attempt`).
-    `admission`: what Kueue decided (None: the job is not queued). Not admitted: no replica
-    may exist (`_queue`); admitted: the pods get the admission's flavors (`_admitted`).
+    `desired` is the job rendered by the plugins; `inputs` what the backend knows of it (see
+    `PlanInputs`); `succeeded` the kind's success rule; `restart_together` the kind's
+    `Framework.replicas_restart_together`.
     """
-    now = now or datetime.now(UTC)
+    decision = _decide(job, desired, inputs, succeeded, settings, restart_together)
+    if restart_together:
+        decision.owe = inputs.owed | {p["metadata"]["name"] for p in decision.create_pods}
+    if inputs.creates_held > 0 and (decision.create_pods or decision.create_services or
+                                    decision.create_extras):
+        # Creates refused a moment ago (a full quota): not again before the back-off ends.
+        decision.create_pods, decision.create_services, decision.create_extras = [], [], []
+        _requeue(decision, inputs.creates_held)
+    return decision
+
+
+def _decide(
+    job: Job,
+    desired: RenderedJob,
+    inputs: PlanInputs,
+    succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
+    settings: PlannerSettings,
+    restart_together: bool,
+) -> Plan:
+    """The plan, as if every create the backend is asked for could be made now."""
+    now = inputs.now or datetime.now(UTC)
+    pods, services, extras, owed = inputs.pods, inputs.services, inputs.extras, inputs.owed
+    admission = inputs.admission
     old = job.status
-    state = _State(job, now, Plan(), _status_dict(old), lost_causes=lost_causes or {},
-                   create_refused=create_refused)
+    state = _State(job, now, Plan(), _status_dict(old), lost_causes=inputs.lost_causes,
+                   create_refused=inputs.create_refused)
     for key in job.spec.replica_specs:
         rstatus = old.replica_statuses.get(key)
         state.started[key] = parse_indexes(rstatus.started_indexes) if rstatus else set()
@@ -175,18 +222,18 @@ def plan(
     if job.metadata.deletion_timestamp is not None:
         state.plan.status = old
         return state.plan
-    if _finished(old):
+    if is_finished(old):
         return _finish(state, desired, pods, services, extras, settings)
     if job.spec.run_policy.suspend:
         return _suspend(state, pods, extras, restart_together, settings)
     if admission is not None and not admission.admitted:
         return _queue(state, pods, extras, admission, restart_together, settings)
-    if _current(old) is ConditionType.QUEUED:
+    if current_condition(old) is ConditionType.QUEUED:
         _clear_exclusive(state, ConditionType.QUEUED, "Admitted", "admitted by Kueue"
                          + (f" (ClusterQueue {admission.cluster_queue})"
                             if admission is not None and admission.cluster_queue else ""))
         state.plan.events.append(Event("Normal", "Admitted", "admitted: creating pods"))
-    if _current(old) is ConditionType.SUSPENDED:
+    if current_condition(old) is ConditionType.SUSPENDED:
         _clear_exclusive(state, ConditionType.SUSPENDED, "JobResumed",
                          f"{job.kind} {job.name} is resumed")
         state.plan.events.append(Event("Normal", "JobResumed", "resumed: recreating pods"))
@@ -194,7 +241,7 @@ def plan(
     by_name = {p.name: p for p in pods}
     spec_types = {k.lower(): k for k in job.spec.replica_specs}
     if state.status.get("startTime") is None:
-        state.status["startTime"] = _iso(now)
+        state.status["startTime"] = iso(now)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
 
@@ -318,11 +365,11 @@ def _progress(state: _State, outcomes: Sequence[ReplicaOutcome]) -> None:
     elif (elastic := _elastic_running(job, outcomes)) is not None:
         # Enough elastic workers run (at start, or after losing some): the job goes on.
         _set_exclusive(state, ConditionType.RUNNING, "JobRunning", elastic + waiting)
-    elif state.disrupted or _current(job.status) in (ConditionType.RUNNING,
+    elif state.disrupted or current_condition(job.status) in (ConditionType.RUNNING,
                                                       ConditionType.RESTARTING):
         # It ran, and now a replica it needs does not run (lost to preemption, eviction or a
         # deletion, its replacement waiting): Restarting until it is back.
-        reason = "ReplicasLost" if state.disrupted or _current(job.status) is \
+        reason = "ReplicasLost" if state.disrupted or current_condition(job.status) is \
             ConditionType.RUNNING else _reason_of(job.status, ConditionType.RESTARTING)
         _set_exclusive(state, ConditionType.RESTARTING, reason,
                        f"waiting for replicas to run again: {_running_summary(state)}"
@@ -655,8 +702,8 @@ def _finish(
     state: _State,
     desired: RenderedJob,
     pods: Sequence[ObservedPod],
-    services: set[str],
-    extras: set[str],
+    services: AbstractSet[str],
+    extras: AbstractSet[str],
     settings: PlannerSettings,
 ) -> Plan:
     """A finished job: apply cleanPodPolicy, then the TTL. Nothing is ever created again."""
@@ -693,27 +740,28 @@ def _finish(
     return plan_
 
 
-def _extra_pods(extras: set[str], pods: Sequence[ObservedPod], deleting: list[str]) -> list[str]:
+def _extra_pods(extras: AbstractSet[str], pods: Sequence[ObservedPod],
+                deleting: list[str]) -> list[str]:
     """Names of the pods among a plugin's extra objects, not already listed."""
     listed = {p.name for p in pods} | set(deleting)
     return sorted(name for kind, _, name in (ref.partition("/") for ref in extras)
                   if kind == "Pod" and name not in listed)
 
 
-def _with_replicas(extras: set[str], settings: PlannerSettings) -> list[str]:
+def _with_replicas(extras: AbstractSet[str], settings: PlannerSettings) -> list[str]:
     """The extra objects (not Pods) that go whenever the replicas go, e.g. a PodGroup."""
     return sorted(ref for ref in extras
                   if ref.partition("/")[0] in settings.with_replicas_kinds - {"Pod"})
 
 
-def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str],
+def _suspend(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
              restart_together: bool, settings: PlannerSettings) -> Plan:
     """A suspended job runs nothing: its pods go, and the pods plugins added for them and the
     objects that exist only with the replicas (all come back when the job resumes). Replicas
     that restart together come back as a new attempt: the suspended one's rendezvous is
     stale."""
     job = state.job
-    if restart_together and _current(job.status) is not ConditionType.SUSPENDED:
+    if restart_together and current_condition(job.status) is not ConditionType.SUSPENDED:
         state.status["attempt"] = job.status.attempt + 1
     for pod in pods:
         if pod.deleting:
@@ -722,7 +770,7 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str],
             state.plan.delete_pods.append(pod.name)
     state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
     state.plan.delete_extras.extend(_with_replicas(extras, settings))
-    if _current(job.status) is not ConditionType.SUSPENDED:
+    if current_condition(job.status) is not ConditionType.SUSPENDED:
         state.plan.events.append(Event("Normal", "JobSuspended", "suspended: pods deleted"))
     _set_exclusive(state, ConditionType.SUSPENDED, "JobSuspended",
                    f"{job.kind} {job.name} is suspended")
@@ -733,8 +781,8 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], extras: set[str],
     return state.plan
 
 
-def _queue(state: _State, pods: Sequence[ObservedPod], extras: set[str], admission: Admission,
-           restart_together: bool, settings: PlannerSettings) -> Plan:
+def _queue(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
+           admission: Admission, restart_together: bool, settings: PlannerSettings) -> Plan:
     """Kueue has not admitted the job (or evicted it): as suspended, no replica exists (its
     pods and the objects that exist only with them go, none is created, no restart or loss
     is counted, backoffLimit is untouched), and the Queued condition says why in Kueue's
@@ -807,7 +855,7 @@ def _refresh_active(state: _State, pods: Sequence[ObservedPod], suspended: bool 
             statuses[t].pop("pendingReason", None)
     state.status["replicaStatuses"] = statuses
     state.status["replicaSummary"] = _summary(state.job, statuses,
-                                              finished=_finished(state.job.status))
+                                              finished=is_finished(state.job.status))
 
 
 def _summary(job: Job, statuses: Mapping[str, Mapping[str, Any]], finished: bool) -> str:
@@ -921,8 +969,8 @@ def _restart_totals(status: JobStatus) -> dict[str, int]:
 def _status_dict(status: JobStatus) -> dict[str, Any]:
     return {
         "conditions": [c.to_api() for c in status.conditions],
-        "startTime": _iso(status.start_time),
-        "completionTime": _iso(status.completion_time),
+        "startTime": iso(status.start_time),
+        "completionTime": iso(status.completion_time),
         "replicaStatuses": {t: s.to_api() for t, s in status.replica_statuses.items()},
         "replicaSummary": status.replica_summary,
         "countedFailures": list(status.counted_failures),
@@ -933,39 +981,16 @@ def _status_dict(status: JobStatus) -> dict[str, Any]:
     }
 
 
-def _finished(status: JobStatus) -> bool:
-    return any(c.type in FINISHED and c.status == "True" for c in status.conditions)
-
-
-def _current(status: JobStatus) -> ConditionType | None:
-    for c in status.conditions:
-        if c.type in EXCLUSIVE_CONDITIONS and c.status == "True":
-            return c.type
-    return None
-
-
 def _ensure_condition(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
     conds = state.status["conditions"]
     if not any(c["type"] == ctype.value for c in conds):
         conds.append({"type": ctype.value, "status": "True", "reason": reason,
-                      "message": message, "lastTransitionTime": _iso(state.now)})
+                      "message": message, "lastTransitionTime": iso(state.now)})
 
 
 def _set_exclusive(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
     """Make `ctype` the one True exclusive condition, keeping the others' history as False."""
-    conds: list[dict[str, Any]] = state.status["conditions"]
-    for cond in conds:
-        if cond["type"] in {c.value for c in EXCLUSIVE_CONDITIONS} and \
-                cond["type"] != ctype.value and cond["status"] == "True":
-            cond.update(status="False", lastTransitionTime=_iso(state.now))
-    for cond in conds:
-        if cond["type"] == ctype.value:
-            if cond["status"] != "True":
-                cond.update(status="True", lastTransitionTime=_iso(state.now))
-            cond.update(reason=reason, message=message)
-            return
-    conds.append({"type": ctype.value, "status": "True", "reason": reason, "message": message,
-                  "lastTransitionTime": _iso(state.now)})
+    set_exclusive(state.status["conditions"], ctype, reason, message, state.now)
 
 
 def _clear_exclusive(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
@@ -973,12 +998,12 @@ def _clear_exclusive(state: _State, ctype: ConditionType, reason: str, message: 
     for cond in state.status["conditions"]:
         if cond["type"] == ctype.value and cond["status"] == "True":
             cond.update(status="False", reason=reason, message=message,
-                        lastTransitionTime=_iso(state.now))
+                        lastTransitionTime=iso(state.now))
 
 
 def _conclude(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
     _set_exclusive(state, ctype, reason, message)
-    state.status["completionTime"] = _iso(state.now)
+    state.status["completionTime"] = iso(state.now)
 
 
 def _after(start: datetime, seconds: int) -> datetime:
@@ -998,19 +1023,10 @@ def _requeue(plan_: Plan, seconds: float) -> None:
 def _build_status(state: _State, old: JobStatus) -> JobStatus:
     raw = dict(state.status)
     raw["observedGeneration"] = state.job.metadata.generation or None
-    current = next((c["type"] for c in raw["conditions"]
-                    if c["type"] in {e.value for e in EXCLUSIVE_CONDITIONS}
-                    and c["status"] == "True"), None)
-    raw["state"] = current or ("Created" if raw["conditions"] else "")
+    raw["state"] = state_of(raw["conditions"])
     raw = {k: v for k, v in raw.items() if v is not None}
     new = JobStatus.model_validate(raw)
     return old if new == old else new
-
-
-def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def _parse(value: str | None) -> datetime | None:

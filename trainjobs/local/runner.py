@@ -26,10 +26,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainjobs.api.models import Job
+from trainjobs.api.models import ConditionType, Job
 from trainjobs.core.observed import PodPhase
-from trainjobs.core.planner import Plan, plan
+from trainjobs.core.planner import Plan, PlanInputs, plan
 from trainjobs.core.render import RenderedJob, expected_replicas, render_job
+from trainjobs.core.status import current_condition, is_finished
 from trainjobs.core.validation import load_job_file
 from trainjobs.errors import ProgramMissing, SpecError, SpecInvalid, TrainjobsError
 from trainjobs.local.ignored import ignored_fields_note
@@ -137,7 +138,8 @@ class LocalRun:
         last_state, last_summary = "", ""
         while True:
             pods = [p.observed() for p in self.processes.values()]
-            decision = plan(self.job, self.desired, pods, self.services, self.extras,
+            decision = plan(self.job, self.desired,
+                            PlanInputs(pods, self.services, self.extras),
                             lambda outcomes: self.plugins.job_succeeded(
                                 self.job, self.framework, outcomes),
                             restart_together=self.framework.replicas_restart_together)
@@ -156,7 +158,8 @@ class LocalRun:
                 self.console.note(f"{state or 'Pending'}: {summary}")
                 last_state, last_summary = state, summary
             await self._act(decision)
-            if state in ("Succeeded", "Failed", "Suspended") and not decision.delete_pods:
+            if (is_finished(decision.status) or current_condition(decision.status) is
+                    ConditionType.SUSPENDED) and not decision.delete_pods:
                 await self.stop_all()
                 return self.job
             self._wake.clear()

@@ -27,6 +27,7 @@ from trainjobs.api.models import Job, JobStatus, OwnedObjectStatus
 from trainjobs.core.admission import Admission
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob
+from trainjobs.core.status import is_finished
 from trainjobs.kube import ApiConflict, ApiError, ApiNotFound, Kube, Resource
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue import constants as k
@@ -209,7 +210,7 @@ class Queueing:
         if handled_by_kueue(framework.group, framework.kind):
             return None  # Kueue's own integration admits it through runPolicy.suspend
         owned = list(self.by_owner.get(key, {}).values())
-        if job.status.state in ("Succeeded", "Failed"):
+        if is_finished(job.status):
             await self._finish(key, job, owned)
             return None
         try:

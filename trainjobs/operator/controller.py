@@ -22,6 +22,7 @@ from trainjobs.api.models import (
     DEFAULT_MAX_REPLICAS_PER_JOB,
     MANAGED_BY_MULTIKUEUE,
     MANAGED_BY_OPERATOR,
+    ConditionType,
     Job,
     JobSpec,
     JobStatus,
@@ -29,10 +30,10 @@ from trainjobs.api.models import (
     OwnedObjectStatus,
     job_manager,
 )
-from trainjobs.core.indexes import parse_indexes
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
-from trainjobs.core.planner import Plan, PlannerSettings, plan
+from trainjobs.core.planner import Plan, PlanInputs, PlannerSettings, plan
 from trainjobs.core.render import RenderedJob, Rendering
+from trainjobs.core.status import current_condition, failed, is_finished, must_write_now
 from trainjobs.core.validation import ReplicaLimit, parse_job
 from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
 from trainjobs.kube import (
@@ -171,8 +172,11 @@ class Controller:
         if new is None:
             self._forget(jkey)
             return
-        if mem is not None and _older(new, mem.entry):
-            return  # our own status write is already newer than this event
+        if mem is not None and _not_newer(new, mem.entry):
+            # Our own status write is already as new as this event (or newer): its watch
+            # event, seen after we applied the write's answer, changes nothing and must not
+            # cost another reconcile of the job.
+            return
         if mem is not None and mem.entry.uid != new.uid:
             # Deleted and created again under the same name (a re-list saw only the new one):
             # nothing of the old job (a quota's back-off, expectations) carries over.
@@ -338,7 +342,7 @@ class Controller:
             "metadata": parsed.job.metadata.model_copy(update={"deletion_timestamp": deleted}),
         })
         framework = self._framework(job.kind)
-        finished = status.state in ("Succeeded", "Failed")
+        finished = is_finished(status)
         desired = await self._desired(parsed, job, finished)
         if finished:
             mem.gate = None  # it creates nothing more: no quota to wait for
@@ -353,27 +357,22 @@ class Controller:
                      if self.kueue is not None else None)
         if elsewhere:
             return  # the Workload's step only: MultiKueue runs the job in a worker cluster
+        inputs = PlanInputs(pods, services, extras, gone or {},
+                            create_refused=mem.gate.reason if mem.gate else "",
+                            creates_held=mem.gate.wait() if mem.gate else 0.0,
+                            owed=owed, admission=admission, now=self.clock.now())
         decision = await _cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
-                plan, now=self.clock.now(), settings=self.planner_settings,
-                restart_together=together, lost_causes=gone,
-                create_refused=mem.gate.reason if mem.gate else "", owed=owed,
-                admission=admission),
-            job, desired, pods, services, extras,
+                plan, settings=self.planner_settings, restart_together=together),
+            job, desired, inputs,
             lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes))
         if together:
-            _owe(mem, decision, owed)
+            mem.owed = (decision.status.attempt, decision.owe) if decision.owe else None
         if self.watched:
             decision.status = self._with_object_statuses(key, entry.uid, job, decision.status)
         if self.kueue is not None:
             decision.status = self.kueue.with_workload(key, entry.uid, decision.status)
         await self._write_status(mem, key, job, decision.status)
-        held = mem.gate.wait() if mem.gate else 0.0
-        if held > 0 and (decision.create_pods or decision.create_services or
-                         decision.create_extras):
-            # A quota refused this job's creates a moment ago: not again before its back-off.
-            decision.create_pods, decision.create_services, decision.create_extras = [], [], []
-            self.queue.add_after(key, held)
         await self._act(mem, key, job, decision)
         if decision.requeue_after is not None:
             self.queue.add_after(key, decision.requeue_after)
@@ -432,10 +431,7 @@ class Controller:
         if new == old:
             mem.pending_since = None
             return
-        urgent = (new.state != old.state and new.state != "Created") or \
-            new.counted_failures != old.counted_failures or \
-            new.completion_time != old.completion_time or new.attempt != old.attempt or \
-            _replicas_forgotten(old, new)
+        urgent = must_write_now(old, new)
         now = self.clock.monotonic()
         # A change of counts only (or a new job's first status) goes out status_coalesce
         # seconds after it was first seen, with whatever changed meanwhile: replicas that
@@ -593,24 +589,15 @@ class Controller:
 
     async def _fail(self, mem: JobMemory, key: str, job: Job, reason: str,
                     message: str) -> None:
-        now = self.clock.now().replace(microsecond=0)
-        conditions = [c.to_api() for c in job.status.conditions if c.type != "Failed"]
-        for cond in conditions:
-            if cond["status"] == "True" and cond["type"] != "Created":
-                cond.update(status="False", lastTransitionTime=now.isoformat())
-        conditions.append({"type": "Failed", "status": "True", "reason": reason,
-                           "message": message[:2000], "lastTransitionTime": now.isoformat()})
-        status = job.status.model_copy(update={
-            "state": "Failed", "completion_time": now, "start_time": job.status.start_time or now,
-            "conditions": JobStatus.model_validate({"conditions": conditions}).conditions,
-            "observed_generation": job.metadata.generation or job.status.observed_generation})
+        status = failed(job.status, reason, message, self.clock.now(),
+                        job.metadata.generation)
         await self._write_status(mem, key, job, status)
         await self.events.emit(job, "Warning", reason, message[:1000])
 
     async def _fail_invalid(self, mem: JobMemory, key: str, entry: JobEntry, status: JobStatus,
                             error: SpecInvalid | None) -> None:
-        if status.state == "Failed":
-            return
+        if current_condition(status) is ConditionType.FAILED:
+            return  # (it failed already: an invalid spec is written once)
         message = "; ".join(str(e) for e in error.errors) if error else "invalid job"
         meta = entry.raw["metadata"]
         job = Job(apiVersion=str(entry.raw.get("apiVersion") or ""), kind=entry.kind,
@@ -652,11 +639,6 @@ def _still_owed(mem: JobMemory, attempt: int, pods: list[ObservedPod]) -> frozen
     return names - {p.name for p in pods}
 
 
-def _owe(mem: JobMemory, decision: Plan, owed: frozenset[str]) -> None:
-    names = owed | {p["metadata"]["name"] for p in decision.create_pods}
-    mem.owed = (decision.status.attempt, names) if names else None
-
-
 def _log_state_change(mem: JobMemory, job: Job, new: JobStatus) -> None:
     """One info line per state the job enters, when it is decided (a coalesced status write
     may carry Created and Running together: both are logged). The state is remembered only
@@ -667,24 +649,6 @@ def _log_state_change(mem: JobMemory, job: Job, new: JobStatus) -> None:
         mem.logged_state = new.state
     if new.state == old.state:
         mem.logged_state = None
-
-
-def _replicas_forgotten(old: JobStatus, new: JobStatus) -> bool:
-    """Whether `new` counts a lost replica or stops counting an index as started without it
-    having succeeded: written at once, before the plan's deletes, or a pod the operator
-    deleted would look lost later. An index that moves from started to completed is a count
-    change like any other (its pod is not deleted): it waits for the coalescing, so Workers
-    ending together cost one write."""
-    for rtype, before in old.replica_statuses.items():
-        after = new.replica_statuses.get(rtype)
-        if after is None or after.lost != before.lost:
-            return True
-        if before.started_indexes == after.started_indexes:
-            continue
-        left = parse_indexes(before.started_indexes) - parse_indexes(after.started_indexes)
-        if left - parse_indexes(after.completed_indexes):
-            return True
-    return False
 
 
 #: A job with more replicas is validated, rendered and planned in a worker thread: its CPU
@@ -714,16 +678,17 @@ def _replica_count(job: Job | dict[str, Any]) -> int:
     return sum(c for c in counts if isinstance(c, int))
 
 
-def _older(new: JobEntry, current: JobEntry) -> bool:
-    """Whether `new` is an older version of the same object than `current`.
+def _not_newer(new: JobEntry, current: JobEntry) -> bool:
+    """Whether `new` is the same version of the same object as `current`, or an older one.
 
     resourceVersions are opaque by contract, but the API server's are etcd revisions; when
-    both are integers a smaller one is older (client-go's mutation cache relies on the same).
+    both are integers a smaller one is older (client-go's mutation cache relies on the same),
+    and an equal one is the same object.
     """
     if new.uid != current.uid:
         return False
     try:
-        return int(new.raw["metadata"]["resourceVersion"]) < \
+        return int(new.raw["metadata"]["resourceVersion"]) <= \
             int(current.raw["metadata"]["resourceVersion"])
     except (KeyError, ValueError):
         return False
