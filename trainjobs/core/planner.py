@@ -763,22 +763,11 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str
     job = state.job
     if restart_together and current_condition(job.status) is not ConditionType.SUSPENDED:
         state.status["attempt"] = job.status.attempt + 1
-    for pod in pods:
-        if pod.deleting:
-            _finish_unfinished_delete(state, pod, settings)
-        else:
-            state.plan.delete_pods.append(pod.name)
-    state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
-    state.plan.delete_extras.extend(_with_replicas(extras, settings))
+    _stop_replicas(state, pods, extras, settings)
     if current_condition(job.status) is not ConditionType.SUSPENDED:
         state.plan.events.append(Event("Normal", "JobSuspended", "suspended: pods deleted"))
-    _set_exclusive(state, ConditionType.SUSPENDED, "JobSuspended",
-                   f"{job.kind} {job.name} is suspended")
-    # Like batch/v1 Jobs: the deadline clock restarts when the job resumes.
-    state.status["startTime"] = None
-    _refresh_active(state, pods, suspended=True)
-    state.plan.status = _build_status(state, job.status)
-    return state.plan
+    return _idle(state, pods, ConditionType.SUSPENDED, "JobSuspended",
+                 f"{job.kind} {job.name} is suspended")
 
 
 def _queue(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
@@ -791,13 +780,7 @@ def _queue(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
     live = [p for p in pods if not p.deleting]
     if restart_together and live:
         state.status["attempt"] = job.status.attempt + 1  # the rendezvous is stale
-    for pod in pods:
-        if pod.deleting:
-            _finish_unfinished_delete(state, pod, settings)
-        else:
-            state.plan.delete_pods.append(pod.name)
-    state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
-    state.plan.delete_extras.extend(_with_replicas(extras, settings))
+    _stop_replicas(state, pods, extras, settings)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
     eviction = admission.eviction
@@ -810,10 +793,32 @@ def _queue(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
     else:
         reason = admission.reason or "Queued"
         message = admission.message or "waiting for Kueue to admit the job"
-    _set_exclusive(state, ConditionType.QUEUED, reason, message)
-    state.status["startTime"] = None  # the deadline clock starts when it runs
+    return _idle(state, pods, ConditionType.QUEUED, reason, message)
+
+
+def _stop_replicas(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
+                   settings: PlannerSettings) -> None:
+    """No replica may run now (suspended, or not admitted): its pods go (one whose deletion
+    was cut off half-way is deleted again), and so do the pods plugins added for them and the
+    objects that exist only with the replicas; all come back when the job may run again."""
+    for pod in pods:
+        if pod.deleting:
+            _finish_unfinished_delete(state, pod, settings)
+        else:
+            state.plan.delete_pods.append(pod.name)
+    state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
+    state.plan.delete_extras.extend(_with_replicas(extras, settings))
+
+
+def _idle(state: _State, pods: Sequence[ObservedPod], ctype: ConditionType, reason: str,
+          message: str) -> Plan:
+    """The plan of a job that runs nothing now (suspended or queued): `ctype` its exclusive
+    condition, no index started, and, like batch/v1 Jobs, the deadline clock restarts when
+    it runs again."""
+    _set_exclusive(state, ctype, reason, message)
+    state.status["startTime"] = None
     _refresh_active(state, pods, suspended=True)
-    state.plan.status = _build_status(state, job.status)
+    state.plan.status = _build_status(state, state.job.status)
     return state.plan
 
 
