@@ -7,14 +7,16 @@ and the Kubeflow Python SDK (`TrainingClient`) work unchanged: `tfReplicaSpecs` 
 `mxReplicaSpecs`, `runPolicy`, Kubeflow's replica types, container names (`tensorflow`,
 `mxnet`) and port names (`tfjob-port` 2222, `mxjob-port` 9091), its status (conditions,
 `replicaStatuses` with active/succeeded/failed, `startTime`, `completionTime`,
-`lastReconcileTime`) and the `training.kubeflow.org/*` pod labels dashboards and the SDK select
-on. Underneath run trainjobs' semantics: the environment contract of TfJob and MxJob, restarts
+`lastReconcileTime`), the `training.kubeflow.org/*` pod and Service labels dashboards and the
+SDK select on, and replica keys in any case, as training-operator's defaulting has them.
+Underneath run trainjobs' semantics: the environment contract of TfJob and MxJob, restarts
 counted once, one true state, trainjobs' defaults (docs/migrating.md says where they differ).
 
 Written against the public plugin API only, as a third party would write it: the replica
 field's name comes from the spec model (an alias of `replica_specs`), the group and version
 from `Framework.group`/`version`, the status fields from `Framework.status_model` and
-`trainjobs_adjust_status`, the labels from `trainjobs_adjust_pod`.
+`trainjobs_adjust_status`, the labels from `trainjobs_adjust_pod` and `trainjobs_adjust_service`,
+the keys' case from `Framework.replica_keys_any_case` and the spec models.
 """
 
 from __future__ import annotations
