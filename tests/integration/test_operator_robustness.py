@@ -5,9 +5,11 @@ Failed with a reason and never stall other jobs; an operator SIGKILLed while it 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from tests.integration.fault_proxy import FaultProxy
 from tests.integration.operator_helpers import (
     Namespace,
     Operators,
@@ -16,6 +18,7 @@ from tests.integration.operator_helpers import (
     replica,
     wait_for,
 )
+from trainjobs.testing import ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -88,18 +91,24 @@ def test_jobs_that_cannot_run_fail_with_a_reason_and_never_stall_others(ns: Name
 
 
 def test_sigkill_while_creating_50_replicas_then_restart_creates_each_pod_once(
-    bare_ns: Namespace, operators: Operators
+    bare_ns: Namespace, operators: Operators, kube_cluster: ControlPlane, tmp_path: Path
 ) -> None:
     ns = bare_ns
-    first = operators.start(name="first")
-    ns.create(job("TfJob", "big", {"Worker": replica("TfJob", 50)}))
+    # The first operator's pod creates take 2 s each at the fault proxy (16 in flight: the 50
+    # take about 8 s), so the kill lands mid-creation whatever the machine's load; polling
+    # alone raced a fast operator (all 50 were created before the poll saw the first).
+    with FaultProxy(kube_cluster, log=tmp_path / "fault-proxy.log") as proxy:
+        proxy.delay("POST", "big-worker-", 2.0)
+        first = operators.start(
+            "--kubeconfig", str(proxy.kubeconfig(tmp_path / "proxy.kubeconfig")), name="first")
+        ns.create(job("TfJob", "big", {"Worker": replica("TfJob", 50)}))
 
-    def some_pods() -> int:
-        return len(ns.pods("big"))
+        def some_pods() -> int:
+            return len(ns.pods("big"))
 
-    wait_for(some_pods, "the first pods of the 50", timeout=30, interval=0.01)
-    first.kill()
-    time.sleep(1)  # requests in flight at the kill have landed
+        wait_for(some_pods, "the first pods of the 50", timeout=30, interval=0.01)
+        first.kill()
+        time.sleep(3)  # requests in flight at the kill have landed (the proxy forwards them)
     at_kill = {p["metadata"]["name"]: (p["metadata"]["uid"], p["metadata"]["creationTimestamp"])
                for p in ns.pods("big")}
     services_at_kill = len(ns.services("big"))

@@ -41,8 +41,15 @@ Query = list[tuple[str, Any]]
 LIST_PAGE_SIZE = 500
 
 
-async def connect(kubeconfig: str | None) -> client.ApiClient:
-    """An ApiClient from a kubeconfig file, else the in-cluster service account."""
+#: Connections for requests (parallel reconciles' creates, status writes, events), besides
+#: one per open watch.
+REQUEST_CONNECTIONS = 64
+
+
+async def connect(kubeconfig: str | None, watches: int = 0) -> client.ApiClient:
+    """An ApiClient from a kubeconfig file, else the in-cluster service account; its pool holds
+    `watches` long watches (each keeps a connection for good) besides REQUEST_CONNECTIONS.
+    A pool smaller than the watches would leave the last informers' lists waiting forever."""
     if kubeconfig:
         cfg = client.Configuration()
         await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
@@ -54,7 +61,7 @@ async def connect(kubeconfig: str | None) -> client.ApiClient:
             cfg = client.Configuration()
             await config.load_kube_config(client_configuration=cfg)
     # One connection pool for everything, sized for parallel reconciles and long watches.
-    cfg.connection_pool_maxsize = 64
+    cfg.connection_pool_maxsize = REQUEST_CONNECTIONS + watches
     api = client.ApiClient(configuration=cfg)
     if not _environment_matters():
         # kubernetes-asyncio's session trusts the environment, so aiohttp looks up proxy

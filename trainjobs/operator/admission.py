@@ -28,7 +28,7 @@ from trainjobs.core.admission import Admission
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob
 from trainjobs.core.status import is_finished
-from trainjobs.kube import ApiConflict, ApiError, ApiNotFound, Kube, Resource
+from trainjobs.kube import ApiConflict, ApiError, ApiForbidden, ApiNotFound, Kube, Resource
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.admission import workload_phase
@@ -65,10 +65,14 @@ from trainjobs.kueue.workload import (
 from trainjobs.operator.events import EventRecorder
 from trainjobs.plugin.types import Framework
 
-__all__ = ["WORKLOADS", "Queueing", "discover"]
+__all__ = ["WATCHES_CLUSTER_WIDE", "WATCHES_PER_NAMESPACE", "WORKLOADS", "Queueing", "discover",
+           "refused"]
 
 log = logging.getLogger(__name__)
 
+#: The watches Queueing holds: Workloads per watched namespace, and three cluster-wide
+#: (ResourceFlavors, WorkloadPriorityClasses, PriorityClasses).
+WATCHES_PER_NAMESPACE, WATCHES_CLUSTER_WIDE = 1, 3
 WORKLOADS = Resource("Workload", "workloads", k.GROUP, k.VERSION)
 RESOURCE_FLAVORS = Resource("ResourceFlavor", "resourceflavors", k.GROUP, k.VERSION)
 WORKLOAD_PRIORITY_CLASSES = Resource("WorkloadPriorityClass", "workloadpriorityclasses",
@@ -97,6 +101,24 @@ async def discover(kube: Kube, sleep: Callable[[float], Any] = asyncio.sleep) ->
             delay = min(delay * 2, 10.0)
             continue
         return any(r.get("name") == "workloads" for r in doc.get("resources") or [])
+
+
+async def refused(kube: Kube, namespaces: Sequence[str | None]) -> str | None:
+    """Why this operator may not read what the integration watches, or None when it may.
+
+    Kueue being served does not mean the operator's account was granted its objects (the
+    chart's `kueue.enabled` adds that RBAC): an informer refused with 403 would never sync and
+    the operator would never be ready, stalling every job. One small list per watched
+    resource tells the two apart at start."""
+    for res, ns in [*((WORKLOADS, n) for n in namespaces),
+                    (RESOURCE_FLAVORS, None), (WORKLOAD_PRIORITY_CLASSES, None),
+                    (PRIORITY_CLASSES, None)]:
+        try:
+            async for _ in kube.list_pages(res, ns, limit=1):
+                break
+        except ApiForbidden as exc:
+            return f"{res.plural}.{res.group or 'core'}: {exc}"
+    return None
 
 
 def _parsed(parse: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:

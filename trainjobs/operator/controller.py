@@ -53,7 +53,13 @@ from trainjobs.kube import (
 )
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.operator import metrics
-from trainjobs.operator.admission import Queueing, discover
+from trainjobs.operator.admission import (
+    WATCHES_CLUSTER_WIDE,
+    WATCHES_PER_NAMESPACE,
+    Queueing,
+    discover,
+    refused,
+)
 from trainjobs.operator.backoff import CreateGate
 from trainjobs.operator.cache import (
     JOB_GROUPS,
@@ -72,7 +78,7 @@ from trainjobs.operator.workqueue import WorkQueue
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework
 
-__all__ = ["Controller", "ControllerSettings"]
+__all__ = ["Controller", "ControllerSettings", "watches"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -230,9 +236,21 @@ class Controller:
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
 
+    async def _kueue_refused(self) -> bool:
+        """Whether Kueue is served but this operator may not read its objects: then the
+        integration stays off, said once, rather than never becoming ready."""
+        why = await refused(self.kube, self._namespaces)
+        if why is not None:
+            log.warning("Kueue serves Workloads but this operator may not read them (%s): "
+                        "Kueue admission is off and jobs labelled %s are not queued; grant "
+                        "the RBAC (the chart's kueue.enabled) and restart the operator", why,
+                        "kueue.x-k8s.io/queue-name")
+        return why is not None
+
     async def run(self) -> None:
         """Start informers, wait for their first lists, then reconcile until cancelled."""
-        if self.kueue is None and await discover(self.kube):
+        if self.kueue is None and await discover(self.kube) and \
+                not await self._kueue_refused():
             self.kueue = Queueing(self.kube, self._namespaces, self.events, self.queue.add,
                                   self.queue.add_after)
             self.informers.extend(self.kueue.informers)
@@ -617,6 +635,14 @@ class Controller:
         framework = self._framework(kind)
         return job_resource(framework.kind, framework.plural, framework.group,
                             framework.version)
+
+
+def watches(plugins: PluginManager, settings: ControllerSettings) -> int:
+    """The most watches a Controller holds open (one per informer, Kueue's included): the
+    operator's connection pool must hold them all besides its requests (kube.connect)."""
+    owned = len(plugins.owned_resources(settings.controller_config))
+    per_namespace = len(plugins.frameworks) + 2 + owned + WATCHES_PER_NAMESPACE
+    return max(1, len(settings.namespaces)) * per_namespace + WATCHES_CLUSTER_WIDE
 
 
 def _note_gone(mem: JobMemory, entry: OwnedEntry) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainjobs.kube import Kube, connect
 from trainjobs.operator import metrics
-from trainjobs.operator.controller import Controller
+from trainjobs.operator.controller import Controller, watches
 from trainjobs.operator.gcfreeze import install_gc_freeze
 from trainjobs.operator.gcmetrics import install_gc_metrics
 from trainjobs.operator.http import start_http
@@ -39,7 +39,7 @@ def run_operator(args: argparse.Namespace) -> int:
 
 async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
     install_gc_freeze(settings.gc_thaw_interval)  # after the imports and plugins it would walk
-    api = await connect(settings.kubeconfig)
+    api = await connect(settings.kubeconfig, watches=watches(plugins, settings.controller))
     kube = Kube(api, request_timeout=settings.request_timeout, on_error=metrics.count_api_error)
     controller = Controller(kube, plugins, settings.controller)
     elector = LeaderElector(kube, settings.lease) if settings.lease else None
