@@ -103,7 +103,8 @@ async def discover(kube: Kube, sleep: Callable[[float], Any] = asyncio.sleep) ->
         return any(r.get("name") == "workloads" for r in doc.get("resources") or [])
 
 
-async def refused(kube: Kube, namespaces: Sequence[str | None]) -> str | None:
+async def refused(kube: Kube, namespaces: Sequence[str | None],
+                  sleep: Callable[[float], Any] = asyncio.sleep) -> str | None:
     """Why this operator may not read what the integration watches, or None when it may.
 
     Kueue being served does not mean the operator's account was granted its objects (the
@@ -113,11 +114,20 @@ async def refused(kube: Kube, namespaces: Sequence[str | None]) -> str | None:
     for res, ns in [*((WORKLOADS, n) for n in namespaces),
                     (RESOURCE_FLAVORS, None), (WORKLOAD_PRIORITY_CLASSES, None),
                     (PRIORITY_CLASSES, None)]:
-        try:
-            async for _ in kube.list_pages(res, ns, limit=1):
+        delay = 0.5
+        while True:  # asked until it answers, as `discover`: a 5xx or 429 decides nothing
+            try:
+                async for _ in kube.list_pages(res, ns, limit=1):
+                    break
+            except ApiForbidden as exc:
+                if not exc.retryable:
+                    return f"{res.plural}.{res.group or 'core'}: {exc}"
+            except ApiError as exc:
+                log.warning("listing %s: %s; asking again in %.1fs", res.plural, exc, delay)
+            else:
                 break
-        except ApiForbidden as exc:
-            return f"{res.plural}.{res.group or 'core'}: {exc}"
+            await sleep(delay)
+            delay = min(delay * 2, 10.0)
     return None
 
 
