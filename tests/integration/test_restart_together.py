@@ -177,7 +177,8 @@ def test_an_attempt_whose_creates_an_operator_restart_cut_off_is_replaced(
         lone = wait_for(lambda: ns.pod(late), "the late create", timeout=30)
         assert attempt_of(lone) == "1"
 
-        seen: dict[str, set[str]] = {}
+        # The lone pod is recorded here: the next operator may delete it before the first poll.
+        seen: dict[str, set[str]] = {"1": {lone["metadata"]["uid"]}}
 
         def fresh_attempt() -> bool:
             pods = ns.pods("crash")
