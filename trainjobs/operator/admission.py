@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from trainjobs.api.models import Job, JobStatus, OwnedObjectStatus
 from trainjobs.core.admission import Admission
@@ -81,26 +81,37 @@ PRIORITY_CLASSES = Resource("PriorityClass", "priorityclasses", "scheduling.k8s.
 #: Seconds before a pass whose step asked for a retry (a flavor or priority class not cached
 #: yet) or whose write met a concurrent change runs again.
 RETRY_SECONDS = 1.0
+_T = TypeVar("_T")
 _ACTIVE = (PodPhase.PENDING, PodPhase.RUNNING, PodPhase.UNKNOWN)
+
+
+async def _until_answered(what: str, ask: Callable[[], Awaitable[_T]],
+                          sleep: Callable[[float], Any]) -> _T:
+    """`ask()` until it answers. An `ApiError` it lets through decides nothing (a 5xx, a 429,
+    an unreachable API server) and is asked again after 0.5 s, doubling up to 10 s; `ask`
+    itself turns the errors that do decide into its answer."""
+    delay = 0.5
+    while True:
+        try:
+            return await ask()
+        except ApiError as exc:
+            log.warning("%s: %s; asking again in %.1fs", what, exc, delay)
+        await sleep(delay)
+        delay = min(delay * 2, 10.0)
 
 
 async def discover(kube: Kube, sleep: Callable[[float], Any] = asyncio.sleep) -> bool:
     """Whether the API server serves Kueue's v1beta2 Workloads. Asked until it answers: an
     unreachable API server must not switch the integration off (labelled jobs would run
     unqueued)."""
-    delay = 0.5
-    while True:
+    async def ask() -> bool:
         try:
             doc = await kube.request("GET", f"/apis/{k.GROUP}/{k.VERSION}")
         except ApiNotFound:
             return False
-        except ApiError as exc:
-            log.warning("discovery of %s/%s: %s; asking again in %.1fs", k.GROUP, k.VERSION,
-                        exc, delay)
-            await sleep(delay)
-            delay = min(delay * 2, 10.0)
-            continue
         return any(r.get("name") == "workloads" for r in doc.get("resources") or [])
+
+    return await _until_answered(f"discovery of {k.GROUP}/{k.VERSION}", ask, sleep)
 
 
 async def refused(kube: Kube, namespaces: Sequence[str | None],
@@ -110,24 +121,23 @@ async def refused(kube: Kube, namespaces: Sequence[str | None],
     Kueue being served does not mean the operator's account was granted its objects (the
     chart's `kueue.enabled` adds that RBAC): an informer refused with 403 would never sync and
     the operator would never be ready, stalling every job. One small list per watched
-    resource tells the two apart at start."""
+    resource tells the two apart at start (asked until it answers, as `discover`)."""
     for res, ns in [*((WORKLOADS, n) for n in namespaces),
                     (RESOURCE_FLAVORS, None), (WORKLOAD_PRIORITY_CLASSES, None),
                     (PRIORITY_CLASSES, None)]:
-        delay = 0.5
-        while True:  # asked until it answers, as `discover`: a 5xx or 429 decides nothing
+        async def ask(res: Resource = res, ns: str | None = ns) -> str | None:
             try:
                 async for _ in kube.list_pages(res, ns, limit=1):
                     break
             except ApiForbidden as exc:
                 if not exc.retryable:
                     return f"{res.plural}.{res.group or 'core'}: {exc}"
-            except ApiError as exc:
-                log.warning("listing %s: %s; asking again in %.1fs", res.plural, exc, delay)
-            else:
-                break
-            await sleep(delay)
-            delay = min(delay * 2, 10.0)
+                raise
+            return None
+
+        why = await _until_answered(f"listing {res.plural}", ask, sleep)
+        if why is not None:
+            return why
     return None
 
 
