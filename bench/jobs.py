@@ -13,8 +13,11 @@ from typing import Any
 from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION
 
 JOB_LABEL = "trainjobs.io/job-name"
+#: The job-name label of Kubeflow's kinds (training-operator's, and the kubeflow plugin's).
+KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
 # The ceiling's objects carry this label instead, so no operator informer selects them.
 CEILING_JOB_LABEL = "bench.trainjobs.io/job-name"
+KUBEFLOW_GROUP = "kubeflow.org"
 
 
 def tfjob(name: str, namespace: str, *, workers: int, chief_run: str | None,
@@ -45,9 +48,20 @@ def tfjob(name: str, namespace: str, *, workers: int, chief_run: str | None,
     }
 
 
-def tfjob_path(namespace: str, name: str = "") -> str:
+def tfjob_path(namespace: str, name: str = "", group: str = "trainjobs.io") -> str:
     tail = f"/{name}" if name else ""
-    return f"/apis/trainjobs.io/v1alpha1/namespaces/{namespace}/tfjobs{tail}"
+    version = "v1" if group == KUBEFLOW_GROUP else "v1alpha1"
+    return f"/apis/{group}/{version}/namespaces/{namespace}/tfjobs{tail}"
+
+
+def kubeflow_tfjob(name: str, namespace: str, *, workers: int, chief_run: str | None,
+                   worker_run: str | None) -> dict[str, Any]:
+    """The same job as :func:`tfjob` as Kubeflow writes it: a ``kubeflow.org/v1`` TFJob
+    (``tfReplicaSpecs``), which training-operator and the operator's kubeflow plugin both
+    serve."""
+    job = tfjob(name, namespace, workers=workers, chief_run=chief_run, worker_run=worker_run)
+    return {"apiVersion": f"{KUBEFLOW_GROUP}/v1", "kind": "TFJob", "metadata": job["metadata"],
+            "spec": {"tfReplicaSpecs": job["spec"]["replicaSpecs"]}}
 
 
 def rendered_objects(job: dict[str, Any], owner: dict[str, Any]) -> list[dict[str, Any]]:
@@ -59,9 +73,10 @@ def rendered_objects(job: dict[str, Any], owner: dict[str, Any]) -> list[dict[st
     from trainjobs.core.validation import parse_job
     from trainjobs.plugin.manager import load_plugins
 
-    plugins = _plugins_cache.get("p")
+    enable = ["kubeflow"] if job["apiVersion"].startswith(f"{KUBEFLOW_GROUP}/") else []
+    plugins = _plugins_cache.get(",".join(enable))
     if plugins is None:
-        plugins = _plugins_cache["p"] = load_plugins()
+        plugins = _plugins_cache[",".join(enable)] = load_plugins(enable=enable)
     parsed = parse_job(job, plugins, job["metadata"]["name"])
     framework = plugins.framework_for(parsed.kind)
     assert framework is not None
@@ -86,5 +101,6 @@ _plugins_cache: dict[str, Any] = {}
 
 
 def _relabel(labels: dict[str, str]) -> dict[str, str]:
-    return {(CEILING_JOB_LABEL if k == JOB_LABEL else k): v for k, v in labels.items()}
+    return {(CEILING_JOB_LABEL if k in (JOB_LABEL, KUBEFLOW_JOB_LABEL) else k): v
+            for k, v in labels.items()}
 
