@@ -24,6 +24,8 @@ from trainjobs.core.validation import parse_job
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.model import Workload, parse_resource_flavor, parse_workload
 from trainjobs.kueue.reconcile import (
+    Action,
+    ApplyCondition,
     CreateWorkload,
     DeleteWorkloads,
     JobState,
@@ -97,9 +99,14 @@ class Driver:
         self.perform(step.action)
         return step
 
-    def perform(self, action: CreateWorkload | PatchWorkload | DeleteWorkloads | None) -> None:
+    def perform(self, action: Action | None) -> None:
         if isinstance(action, CreateWorkload):
             self.ns.kubectl("create", "-f", "-", input=json.dumps(action.manifest))
+        elif isinstance(action, ApplyCondition):
+            # No resourceVersion: never refused with 409 (what the operator relies on).
+            self.ns.kubectl("apply", "--server-side", "--force-conflicts",
+                            f"--field-manager={action.field_manager}", "--subresource=status",
+                            "-f", "-", input=json.dumps(action.body(self.ns.name)))
         elif isinstance(action, PatchWorkload):
             extra = [f"--subresource={action.subresource}"] if action.subresource else []
             # A 409 (the Workload changed since it was read) is retried by the next step.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainjobs.kube import ApiConflict, ApiError, ApiNotFound, Resource, api_error
+from trainjobs.operator.admission import WORKLOADS
 
 Obj = dict[str, Any]
 
@@ -106,6 +107,43 @@ class FakeKube:
             else:
                 merged[key] = copy.deepcopy(value)
         obj["status"] = merged
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        self._changed("MODIFIED", resource, obj)
+        return copy.deepcopy(obj)
+
+    async def request(self, verb: str, url: str, body: Any = None, *,
+                      query: list[tuple[str, Any]] | None = None,
+                      content_type: str = "application/json",
+                      timeout: float | None = None) -> Obj:
+        """The generic call, for the PATCHes of Kueue's Workloads: a server-side apply of
+        status conditions (merged by type) or a merge patch of the status subresource."""
+        parts = url.strip("/").split("/")
+        if verb != "PATCH" or "namespaces" not in parts:
+            raise NotImplementedError(f"FakeKube.request {verb} {url}")
+        i = parts.index("namespaces")
+        namespace, plural, name = parts[i + 1], parts[i + 2], parts[i + 3]
+        sub = parts[i + 4] if len(parts) > i + 4 else ""
+        if plural != WORKLOADS.plural:
+            raise NotImplementedError(f"FakeKube.request on {plural}")
+        resource = WORKLOADS
+        self._call(verb, resource, namespace, name, body)
+        obj = self.objects.get((plural, namespace, name))
+        if obj is None:
+            raise status_error(404, "NotFound", f"{plural} {name!r} not found")
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+            raise status_error(409, "Conflict", "the object has been modified")
+        if content_type == "application/apply-patch+yaml":
+            status = obj.setdefault("status", {})
+            conditions = {c["type"]: c for c in status.get("conditions") or []}
+            conditions.update({c["type"]: c for c in body["status"]["conditions"]})
+            status["conditions"] = list(conditions.values())
+        elif sub == "status":
+            obj["status"] = {**(obj.get("status") or {}), **body.get("status", {})}
+        else:
+            obj["metadata"].update({key: v for key, v in body.get("metadata", {}).items()
+                                    if key != "resourceVersion"})
+            obj["spec"] = {**(obj.get("spec") or {}), **body.get("spec", {})}
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
         self._changed("MODIFIED", resource, obj)
         return copy.deepcopy(obj)

@@ -10,6 +10,7 @@ from typing import Any
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.model import Workload
 from trainjobs.kueue.reconcile import (
+    ApplyCondition,
     CreateWorkload,
     DeleteWorkloads,
     JobState,
@@ -80,8 +81,9 @@ def run(state: JobState, *owned: Workload, prebuilt: Workload | None = None,
 
 
 def status_conditions(step: Step) -> dict[str, dict[str, Any]]:
-    assert isinstance(step.action, PatchWorkload) and step.action.subresource == "status"
-    return {c["type"]: c for c in step.action.patch["status"]["conditions"]}
+    """The one condition a step applies (PodsReady, Finished), by type."""
+    assert isinstance(step.action, ApplyCondition)
+    return {step.action.condition["type"]: step.action.condition}
 
 
 # Not managed ---------------------------------------------------------------------------------
@@ -134,8 +136,13 @@ def test_the_first_pass_on_a_new_workload_writes_pods_ready_wait_for_start() -> 
     conds = status_conditions(step)
     assert (conds["PodsReady"]["status"], conds["PodsReady"]["reason"]) == ("False",
                                                                              "WaitForStart")
-    assert isinstance(step.action, PatchWorkload)
-    assert step.action.patch["metadata"] == {"resourceVersion": "7"}
+    # A server-side apply of that one condition, with no resourceVersion: Kueue's writes of
+    # QuotaReserved and Admitted a moment earlier cannot make it fail with 409.
+    assert isinstance(step.action, ApplyCondition)
+    assert step.action.field_manager == "trainjobs-PodsReady"
+    body = step.action.body("ns")
+    assert body["status"] == {"conditions": [conds["PodsReady"]]}
+    assert "resourceVersion" not in body["metadata"]
     assert not run(state_of(doc), wl, settings=KueueSettings(report_pods_ready=False)).action
 
 
@@ -183,8 +190,10 @@ def test_an_evicted_job_stops_and_releases_the_quota_once_no_pod_is_active() -> 
     assert running.admission.eviction.reason == "Preempted"
     assert running.admission.eviction.message == PREEMPTED_MESSAGE
     stopped = run(state_of(doc), wl)
-    conds = status_conditions(stopped)
-    assert isinstance(stopped.action, PatchWorkload)
+    # Several conditions and the admission at once: a merge patch with the resourceVersion.
+    assert isinstance(stopped.action, PatchWorkload) and stopped.action.subresource == "status"
+    assert stopped.action.patch["metadata"] == {"resourceVersion": "7"}
+    conds = {c["type"]: c for c in stopped.action.patch["status"]["conditions"]}
     assert stopped.action.patch["status"]["admission"] is None
     assert conds["QuotaReserved"]["status"] == "False"
     assert conds["Requeued"]["status"] == "True"
@@ -456,18 +465,18 @@ def test_an_orphaned_workload_is_finished_then_released() -> None:
     doc = job_doc()
     wl = admitted(doc, ready="Started")
     first = finalize_orphan(wl, NOW)
-    assert first is not None and first.subresource == "status"
-    finished = {c["type"]: c for c in first.patch["status"]["conditions"]}["Finished"]
+    assert isinstance(first, ApplyCondition)
+    finished = first.condition
     assert (finished["reason"], finished["message"]) == (
         "OwnerNotFound", "The workload's owner no longer exists")
     done = admitted(doc, cond("Finished", "True", "OwnerNotFound", "gone"))
     second = finalize_orphan(done, NOW)
-    assert second is not None and second.patch["metadata"]["finalizers"] == []
+    assert isinstance(second, PatchWorkload) and second.patch["metadata"]["finalizers"] == []
     # Being deleted (the garbage collector after the job went): only the finalizer.
     obj = wl.to_api()
     obj["metadata"]["deletionTimestamp"] = "2026-11-25T10:09:00Z"
     deleting = finalize_orphan(Workload.model_validate(obj), NOW)
-    assert deleting is not None and deleting.subresource == ""
+    assert isinstance(deleting, PatchWorkload) and deleting.subresource == ""
     obj["metadata"]["finalizers"] = []
     assert finalize_orphan(Workload.model_validate(obj), NOW) is None
 
@@ -477,7 +486,8 @@ def test_a_job_being_deleted_finalizes_its_workloads() -> None:
     doc["metadata"]["deletionTimestamp"] = "2026-11-25T10:09:00Z"
     step = run(state_of(doc), pending(doc))
     assert step.admission is None
-    assert isinstance(step.action, PatchWorkload) and step.action.subresource == "status"
+    assert isinstance(step.action, ApplyCondition)
+    assert step.action.condition["reason"] == "OwnerNotFound"
 
 
 def test_a_flavor_conflicting_with_the_templates_node_selector_fails_to_start() -> None:

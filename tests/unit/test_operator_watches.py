@@ -20,5 +20,5 @@ def test_watches_counts_every_informer_kueue_included(namespaces: tuple[str, ...
     settings = ControllerSettings(namespaces=namespaces)
     controller = Controller(kube, PLUGINS, settings)  # type: ignore[arg-type]
     kueue = Queueing(kube, list(namespaces) or [None], controller.events,  # type: ignore[arg-type]
-                     controller.queue.add, controller.queue.add_after)
+                     controller.queue.add)
     assert watches(PLUGINS, settings) == len(controller.informers) + len(kueue.informers)

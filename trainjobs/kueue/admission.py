@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 
 from trainjobs.core.admission import PodSetChanges, PodSetConflict, Toleration
-from trainjobs.errors import TrainjobsError
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.model import (
+    MissingObject,
     PodSetAssignment,
     ResourceFlavor,
     TolerationSpec,
@@ -27,9 +27,13 @@ __all__ = ["FlavorNotFound", "pod_set_changes", "waiting_reason", "workload_phas
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-class FlavorNotFound(TrainjobsError):
+class FlavorNotFound(MissingObject):
     """The admission names a ResourceFlavor the cache does not hold (yet): Kueue's
     FromAssignment returns the Get error and the reconcile is retried."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__("resourceflavors", name,
+                         f'resourceflavors.kueue.x-k8s.io "{name}" not found')
 
 
 def _toleration(spec: TolerationSpec) -> Toleration:
@@ -89,7 +93,7 @@ def _from_assignment(assignment: PodSetAssignment, count: int,
             continue
         flavor = flavors.get(name)
         if flavor is None:
-            raise FlavorNotFound(f'resourceflavors.kueue.x-k8s.io "{name}" not found')
+            raise FlavorNotFound(name)
         info.node_selector.update(flavor.spec.node_labels)
         info.tolerations.extend(_toleration(t) for t in flavor.spec.tolerations)
         seen.add(name)

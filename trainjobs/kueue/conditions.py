@@ -2,10 +2,12 @@
 
 Why exact copies: Kueue's workload controller and scheduler act on these conditions (a
 PodsReady that never comes evicts the job after waitForPodsReady's timeout; Finished releases
-the quota). Each function returns the new condition list; `status_patch` wraps it in a JSON
-merge patch of the status subresource that carries the resourceVersion, so a Workload changed
-meanwhile is refused with 409 and the reconcile runs again on fresh data (Kueue's strict apply
-does the same through the generation). References are to Kueue v0.19.2.
+the quota). Each function returns the new condition list. One condition (PodsReady,
+Finished) is written by a server-side apply of that condition alone (`condition_of`, and
+reconcile.ApplyCondition); the quota release, which clears the admission and sets three
+conditions, by `status_patch`: a JSON merge patch of the status subresource that carries the
+resourceVersion, so a Workload changed meanwhile is refused with 409 and the reconcile runs
+again on fresh data. References are to Kueue v0.19.2.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from trainjobs.kueue.model import Workload, WorkloadCondition
 __all__ = [
     "MAX_CONDITION_MESSAGE",
     "PodsReadyCondition",
+    "condition_of",
     "finished_conditions",
     "pods_ready_condition",
     "release_quota_patch",
@@ -168,6 +171,12 @@ def release_quota_patch(wl: Workload, now: datetime) -> dict[str, Any] | None:
                 (wl.status.accumulated_past_execution_time_seconds or 0) + spent)
     status["conditions"] = conditions
     return status_patch(wl, status)
+
+
+def condition_of(conditions: Sequence[dict[str, Any]], ctype: str) -> dict[str, Any]:
+    """The condition of type `ctype` in `conditions` (as `set_condition` left it), to be
+    applied on its own."""
+    return next(c for c in conditions if c.get("type") == ctype)
 
 
 def status_patch(wl: Workload, status: dict[str, Any] | Sequence[dict[str, Any]]

@@ -21,6 +21,7 @@ __all__ = [
     "AdmissionCheckState",
     "KueueAdmission",
     "MalformedObject",
+    "MissingObject",
     "ObjectMeta",
     "OwnerReference",
     "PodSet",
@@ -46,6 +47,18 @@ class MalformedObject(TrainjobsError):
     def __init__(self, kind: str, name: str, problems: list[str]) -> None:
         self.kind, self.name, self.problems = kind, name, problems
         super().__init__(f"malformed {kind} {name!r}: " + "; ".join(problems))
+
+
+class MissingObject(TrainjobsError):
+    """An object the job's Workload needs (a ResourceFlavor, a priority class) is not in the
+    operator's caches. Kueue returns the Get's NotFound and retries with back-off; so does
+    the operator, and it reconciles the job again as soon as the object appears.
+
+    `resource` is the informer's plural ("resourceflavors", ...), `name` the object's."""
+
+    def __init__(self, resource: str, name: str, message: str) -> None:
+        self.resource, self.name = resource, name
+        super().__init__(message)
 
 
 class _Model(BaseModel):

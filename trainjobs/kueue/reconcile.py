@@ -28,13 +28,13 @@ from trainjobs.core.render import LABEL_JOB_NAME
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.admission import FlavorNotFound, pod_set_changes, waiting_reason
 from trainjobs.kueue.conditions import (
+    condition_of,
     finished_conditions,
     pods_ready_condition,
     release_quota_patch,
-    status_patch,
 )
 from trainjobs.kueue.equivalence import workload_matches
-from trainjobs.kueue.model import PodSet, ResourceFlavor, Workload
+from trainjobs.kueue.model import MissingObject, PodSet, ResourceFlavor, Workload
 from trainjobs.kueue.workload import (
     PriorityClasses,
     PriorityClassNotFound,
@@ -47,6 +47,7 @@ from trainjobs.kueue.workload import (
 )
 
 __all__ = [
+    "ApplyCondition",
     "CreateWorkload",
     "DeleteWorkloads",
     "JobState",
@@ -55,6 +56,7 @@ __all__ = [
     "Step",
     "decide",
     "finalize_orphan",
+    "finish_workload",
 ]
 
 
@@ -102,14 +104,40 @@ class PatchWorkload:
     subresource: str = ""
 
 
-Action = CreateWorkload | DeleteWorkloads | PatchWorkload
+@dataclass(frozen=True)
+class ApplyCondition:
+    """A server-side apply of one condition of the Workload's status, field manager
+    `trainjobs-<type>` (workload.SetConditionAndUpdate: Kueue's default, an apply per
+    condition type with force). The Workload's conditions are a list map keyed by type, so
+    the apply changes that one condition and no other: it needs no resourceVersion, and a
+    Workload that Kueue changed a moment earlier (it writes QuotaReserved and Admitted right
+    after the Workload is created) is not refused with 409. Kueue's strict apply carries the
+    resourceVersion; this one is its WithLooseOnApply, since a condition computed on a stale
+    Workload is corrected by the next pass."""
+
+    name: str
+    condition: dict[str, Any]
+
+    @property
+    def field_manager(self) -> str:
+        return f"trainjobs-{self.condition['type']}"
+
+    def body(self, namespace: str) -> dict[str, Any]:
+        return {"apiVersion": k.API_VERSION, "kind": "Workload",
+                "metadata": {"name": self.name, "namespace": namespace},
+                "status": {"conditions": [self.condition]}}
+
+
+Action = CreateWorkload | DeleteWorkloads | PatchWorkload | ApplyCondition
 
 
 @dataclass(frozen=True)
 class Step:
     """The outcome of one pass. `admission` None: Kueue does not manage the job (no queue
     label): the operator behaves as without Kueue. `retry`: reconcile again with back-off
-    (Kueue returns an error). `events`: (reason, message) Normal events for the job."""
+    (Kueue returns an error). `missing`: the object whose absence made the pass retry
+    (reconcile again as soon as it appears). `events`: (reason, message) Normal events for
+    the job."""
 
     admission: Admission | None
     action: Action | None = None
@@ -117,6 +145,7 @@ class Step:
     retry: bool = False
     local: bool = True
     workload: str = ""
+    missing: MissingObject | None = None
 
 
 @dataclass
@@ -138,9 +167,10 @@ class _Pass:
         return f"{wl.metadata.namespace}/{wl.metadata.name}"
 
     def step(self, admission: Admission | None, action: Action | None = None,
-             retry: bool = False, wl: Workload | None = None) -> Step:
-        return Step(admission, action, tuple(self.events), retry, self.state.local,
-                    wl.metadata.name if wl else "")
+             retry: bool = False, wl: Workload | None = None,
+             missing: MissingObject | None = None) -> Step:
+        return Step(admission, action, tuple(self.events), retry or missing is not None,
+                    self.state.local, wl.metadata.name if wl else "", missing)
 
 
 def _meta_patch(wl: Workload, **meta: Any) -> dict[str, Any]:
@@ -158,9 +188,14 @@ def _remove_finalizer(wl: Workload) -> PatchWorkload | None:
     return PatchWorkload(wl.metadata.name, _meta_patch(wl, finalizers=rest))
 
 
-def _finish(p: _Pass, wl: Workload, reason: str, message: str) -> PatchWorkload:
-    conditions = finished_conditions(wl, reason, message, p.now)
-    return PatchWorkload(wl.metadata.name, status_patch(wl, conditions), "status")
+def _finish(p: _Pass, wl: Workload, reason: str, message: str) -> ApplyCondition:
+    return finish_workload(wl, reason, message, p.now)
+
+
+def finish_workload(wl: Workload, reason: str, message: str, now: datetime) -> ApplyCondition:
+    """workloadfinish.Finish: the Finished condition, applied on its own."""
+    return ApplyCondition(wl.metadata.name, condition_of(
+        finished_conditions(wl, reason, message, now), k.COND_FINISHED))
 
 
 def _replica_types(state: JobState) -> dict[str, str]:
@@ -287,7 +322,8 @@ def _ensure_one(p: _Pass) -> tuple[Workload | None, Step | None]:
         try:
             desired = _desired(p)
         except PriorityClassNotFound as exc:
-            return None, p.step(Admission.waiting("PriorityClassNotFound", str(exc)), retry=True)
+            return None, p.step(Admission.waiting("PriorityClassNotFound", str(exc)),
+                                missing=exc)
         spec = dict(desired["spec"])
         spec["active"] = to_update.spec.active
         p.events.append(("UpdatedWorkload", "Updated not matching Workload for suspended "
@@ -306,7 +342,7 @@ def _ensure_one(p: _Pass) -> tuple[Workload | None, Step | None]:
         priority = _priority_update(p, match)
     except PriorityClassNotFound as exc:
         return None, p.step(Admission.waiting("PriorityClassNotFound", str(exc),
-                                              match.metadata.name), retry=True, wl=match)
+                                              match.metadata.name), wl=match, missing=exc)
     if priority is not None:
         return None, p.step(_settled(p, match), priority, wl=match)
     return match, None
@@ -317,7 +353,7 @@ def _desired(p: _Pass) -> dict[str, Any]:
     return build_workload(p.job, p.state.pod_sets, priority)
 
 
-def finalize_orphan(wl: Workload, now: datetime) -> PatchWorkload | None:
+def finalize_orphan(wl: Workload, now: datetime) -> ApplyCondition | PatchWorkload | None:
     """FinalizeOrphanedWorkload (pkg/workload/workload.go:1421), for a Workload whose job is
     gone or being deleted (reconciler.go:317 and 732): Finished with reason OwnerNotFound
     (FinishOrphanedWorkloads is on in v0.19.2) unless it is being deleted or has no
@@ -325,9 +361,8 @@ def finalize_orphan(wl: Workload, now: datetime) -> PatchWorkload | None:
     watch event brings the second."""
     if (not wl.metadata.deletion_timestamp and wl.metadata.controller() is not None
             and not wl.is_true(k.COND_FINISHED)):
-        conditions = finished_conditions(wl, "OwnerNotFound",
-                                         "The workload's owner no longer exists", now)
-        return PatchWorkload(wl.metadata.name, status_patch(wl, conditions), "status")
+        return finish_workload(wl, "OwnerNotFound", "The workload's owner no longer exists",
+                               now)
     return _remove_finalizer(wl)
 
 
@@ -388,7 +423,7 @@ def decide(state: JobState, owned: Sequence[Workload], flavors: Mapping[str, Res
         try:
             manifest = _desired(p)
         except PriorityClassNotFound as exc:
-            return p.step(Admission.waiting("PriorityClassNotFound", str(exc)), retry=True)
+            return p.step(Admission.waiting("PriorityClassNotFound", str(exc)), missing=exc)
         name = manifest["metadata"]["name"]
         p.events.append(("CreatedWorkload", f"Created Workload: {job.namespace}/{name}"))
         return Step(Admission.waiting("Pending", f"Workload {name} created; waiting for Kueue "
@@ -399,7 +434,7 @@ def decide(state: JobState, owned: Sequence[Workload], flavors: Mapping[str, Res
         admission = _observed(p, wl)
     except FlavorNotFound as exc:
         return p.step(Admission.waiting("FlavorNotFound", str(exc), wl.metadata.name),
-                      retry=True, wl=wl)
+                      wl=wl, missing=exc)
     except PodSetConflict as exc:  # podset.IsPermanent (reconciler.go:629)
         return p.step(Admission.waiting("FailedToStart", str(exc), wl.metadata.name),
                       _finish(p, wl, "FailedToStart", str(exc)), wl=wl)
@@ -407,8 +442,8 @@ def decide(state: JobState, owned: Sequence[Workload], flavors: Mapping[str, Res
     if settings.report_pods_ready:  # 5 (reconciler.go:547)
         ready = pods_ready_condition(wl, state.pods_ready)
         if ready.differs_from(wl):
-            return p.step(admission, PatchWorkload(
-                wl.metadata.name, status_patch(wl, ready.apply(wl, now)), "status"), wl=wl)
+            return p.step(admission, ApplyCondition(
+                wl.metadata.name, condition_of(ready.apply(wl, now), k.COND_PODS_READY)), wl=wl)
 
     if admission.eviction is not None and wl.is_true(k.COND_EVICTED):  # 6 (reconciler.go:581)
         release = None if state.active else release_quota_patch(wl, now)

@@ -30,7 +30,7 @@ from trainjobs.core.render import (
 )
 from trainjobs.errors import TrainjobsError
 from trainjobs.kueue import constants as k
-from trainjobs.kueue.model import PodSet
+from trainjobs.kueue.model import MissingObject, PodSet
 from trainjobs.plugin.types import Framework
 
 __all__ = [
@@ -75,9 +75,12 @@ class WorkloadBuildError(TrainjobsError):
     podSets than the Workload API allows)."""
 
 
-class PriorityClassNotFound(TrainjobsError):
+class PriorityClassNotFound(MissingObject):
     """The (Workload)PriorityClass the job names does not exist. Kueue returns the API
     server's NotFound and retries; so does the operator, with the message on the job."""
+
+    def __init__(self, plural: str, group: str, name: str) -> None:
+        super().__init__(plural, name, f'{plural}.{group} "{name}" not found')
 
 
 def handled_by_kueue(group: str, kind: str) -> bool:
@@ -222,13 +225,12 @@ def resolve_priority(job: Job, pod_sets: Sequence[PodSet],
     wpc = job.metadata.labels.get(k.LABEL_PRIORITY_CLASS, "")
     if wpc:
         if wpc not in classes.workload:
-            raise PriorityClassNotFound(f'workloadpriorityclasses.kueue.x-k8s.io "{wpc}" '
-                                        "not found")
+            raise PriorityClassNotFound("workloadpriorityclasses", k.GROUP, wpc)
         return ResolvedPriority((k.GROUP, "WorkloadPriorityClass", wpc), classes.workload[wpc])
     name = job_priority_class(job, pod_sets)
     if name:
         if name not in classes.pod:
-            raise PriorityClassNotFound(f'priorityclasses.scheduling.k8s.io "{name}" not found')
+            raise PriorityClassNotFound("priorityclasses", "scheduling.k8s.io", name)
         return ResolvedPriority(("scheduling.k8s.io", "PriorityClass", name), classes.pod[name])
     if classes.pod_default is not None:
         default, value = classes.pod_default

@@ -12,6 +12,12 @@ owner, the ResourceFlavors and the (Workload)PriorityClasses. Per reconcile it p
 one write `decide` asks for and hands the planner the `Admission`. A Workload event queues its
 owner's key; a key whose job is gone finalizes the job's Workloads (`finalize_orphan`), since
 nothing else removes Kueue's finalizer from a Workload of ours.
+
+A pass that must run again (a ResourceFlavor or priority class the job needs is missing, a
+write refused with 409) asks the controller for a retry (`take_retry`): the work queue's
+per-job exponential back-off, as Kueue's reconciler returning an error, so a job that names
+a class nobody creates costs one pass a minute, not one a second. A job waiting for a
+missing object is also reconciled as soon as that object's informer sees it (`_arrived`).
 """
 
 from __future__ import annotations
@@ -32,9 +38,9 @@ from trainjobs.kube import ApiConflict, ApiError, ApiForbidden, ApiNotFound, Kub
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.admission import workload_phase
-from trainjobs.kueue.conditions import finished_conditions, status_patch
 from trainjobs.kueue.model import (
     MalformedObject,
+    MissingObject,
     PriorityClass,
     ResourceFlavor,
     Workload,
@@ -46,6 +52,7 @@ from trainjobs.kueue.model import (
 )
 from trainjobs.kueue.reconcile import (
     Action,
+    ApplyCondition,
     CreateWorkload,
     DeleteWorkloads,
     JobState,
@@ -53,6 +60,7 @@ from trainjobs.kueue.reconcile import (
     PatchWorkload,
     decide,
     finalize_orphan,
+    finish_workload,
 )
 from trainjobs.kueue.workload import (
     PriorityClasses,
@@ -78,9 +86,6 @@ RESOURCE_FLAVORS = Resource("ResourceFlavor", "resourceflavors", k.GROUP, k.VERS
 WORKLOAD_PRIORITY_CLASSES = Resource("WorkloadPriorityClass", "workloadpriorityclasses",
                                      k.GROUP, k.VERSION)
 PRIORITY_CLASSES = Resource("PriorityClass", "priorityclasses", "scheduling.k8s.io", "v1")
-#: Seconds before a pass whose step asked for a retry (a flavor or priority class not cached
-#: yet) or whose write met a concurrent change runs again.
-RETRY_SECONDS = 1.0
 _T = TypeVar("_T")
 _ACTIVE = (PodPhase.PENDING, PodPhase.RUNNING, PodPhase.UNKNOWN)
 
@@ -167,11 +172,16 @@ class Queueing:
     """The Kueue side of the controller (one per operator, when Kueue is served)."""
 
     def __init__(self, kube: Kube, namespaces: Sequence[str | None], events: EventRecorder,
-                 enqueue: Callable[[str], None], enqueue_after: Callable[[str, float], None],
-                 settings: KueueSettings | None = None) -> None:
+                 enqueue: Callable[[str], None], settings: KueueSettings | None = None) -> None:
         self.kube, self.events = kube, events
         self.settings = settings or KueueSettings()
-        self._enqueue, self._enqueue_after = enqueue, enqueue_after
+        self._enqueue = enqueue
+        # Job keys whose last pass asked to run again with back-off (see `take_retry`).
+        self._retry: set[str] = set()
+        # (resource plural, name) -> the job keys waiting for that object to appear, and
+        # the reverse, so that a job waits on one object at a time and is forgotten.
+        self._waiting: dict[tuple[str, str], set[str]] = {}
+        self._waits_for: dict[str, tuple[str, str]] = {}
         self.by_owner: dict[str, dict[str, Workload]] = {}
         self.by_name: dict[Key, Workload] = {}
         self.flavors: dict[str, ResourceFlavor] = {}
@@ -211,6 +221,7 @@ class Queueing:
             self.by_name.pop(key, None)
         else:
             self.by_name[key] = new
+            self._arrived(WORKLOADS.plural, f"{key[0]}/{key[1]}")
 
     def _on_flavor(self, etype: str, key: Key, new: ResourceFlavor | None,
                    old: ResourceFlavor | None) -> None:
@@ -218,6 +229,7 @@ class Queueing:
             self.flavors.pop(key[1], None)
         else:
             self.flavors[key[1]] = new
+            self._arrived(RESOURCE_FLAVORS.plural, key[1])
 
     def _on_workload_class(self, etype: str, key: Key, new: WorkloadPriorityClass | None,
                            old: WorkloadPriorityClass | None) -> None:
@@ -225,6 +237,7 @@ class Queueing:
             self._workload_classes.pop(key[1], None)
         else:
             self._workload_classes[key[1]] = new.value
+            self._arrived(WORKLOAD_PRIORITY_CLASSES.plural, key[1])
 
     def _on_pod_class(self, etype: str, key: Key, new: PriorityClass | None,
                       old: PriorityClass | None) -> None:
@@ -232,6 +245,41 @@ class Queueing:
             self._pod_classes.pop(key[1], None)
         else:
             self._pod_classes[key[1]] = new
+            self._arrived(PRIORITY_CLASSES.plural, key[1])
+
+    # Waiting for missing objects --------------------------------------------------------
+
+    def _wait_for(self, key: str, missing: MissingObject | None) -> None:
+        """Remember what `key`'s pass found missing (None: nothing now)."""
+        wanted = (missing.resource, missing.name) if missing is not None else None
+        if self._waits_for.get(key) == wanted:
+            return
+        self.forget(key)
+        if wanted is not None:
+            self._waits_for[key] = wanted
+            self._waiting.setdefault(wanted, set()).add(key)
+
+    def _arrived(self, resource: str, name: str) -> None:
+        """An object jobs wait for appeared: reconcile them now, not at their next back-off."""
+        for key in self._waiting.pop((resource, name), ()):
+            self._waits_for.pop(key, None)
+            self._enqueue(key)
+
+    def forget(self, key: str) -> None:
+        """The job is gone (or waits for nothing): drop what it waited for."""
+        wanted = self._waits_for.pop(key, None)
+        if wanted is not None:
+            keys = self._waiting.get(wanted, set())
+            keys.discard(key)
+            if not keys:
+                self._waiting.pop(wanted, None)
+
+    def take_retry(self, key: str) -> bool:
+        """Whether `key`'s last pass asked to run again with back-off (cleared by asking)."""
+        if key in self._retry:
+            self._retry.discard(key)
+            return True
+        return False
 
     def classes(self) -> PriorityClasses:
         defaults = sorted((c.value, name) for name, c in self._pod_classes.items()
@@ -253,11 +301,13 @@ class Queueing:
             return None  # Kueue's own integration admits it through runPolicy.suspend
         owned = list(self.by_owner.get(key, {}).values())
         if is_finished(job.status):
+            self.forget(key)
             await self._finish(key, job, owned)
             return None
         try:
             pod_sets = tuple(job_pod_sets(job, framework, desired))
         except WorkloadBuildError as exc:
+            self.forget(key)
             return Admission.waiting("InvalidWorkload", str(exc))
         state = JobState(job, pod_sets,
                          active=any(p.phase in _ACTIVE for p in pods),
@@ -270,8 +320,9 @@ class Queueing:
             await self._perform(key, job.namespace, step.action)
         for reason, message in step.events:
             await self.events.emit(job, "Normal", reason, message)
+        self._wait_for(key, step.missing)
         if step.retry:
-            self._enqueue_after(key, RETRY_SECONDS)
+            self._retry.add(key)
         return step.admission
 
     async def _finish(self, key: str, job: Job, owned: Sequence[Workload]) -> None:
@@ -287,10 +338,8 @@ class Queueing:
             if owner is None or owner.uid != job.metadata.uid:
                 continue
             if not wl.is_true(k.COND_FINISHED):
-                conditions = finished_conditions(wl, "Succeeded" if succeeded else "Failed",
-                                                 message, datetime.now(UTC))
-                await self._perform(key, job.namespace, PatchWorkload(
-                    wl.metadata.name, status_patch(wl, conditions), "status"))
+                await self._perform(key, job.namespace, finish_workload(
+                    wl, "Succeeded" if succeeded else "Failed", message, datetime.now(UTC)))
                 await self.events.emit(job, "Normal", "FinishedWorkload",
                                        f"Workload '{job.namespace}/{wl.metadata.name}' is "
                                        "declared finished")
@@ -320,12 +369,18 @@ class Queueing:
                                                                action.subresource),
                                         action.patch,
                                         content_type="application/merge-patch+json")
+            elif isinstance(action, ApplyCondition):
+                await self.kube.request("PATCH", WORKLOADS.url(namespace, action.name, "status"),
+                                        action.body(namespace),
+                                        query=[("fieldManager", action.field_manager),
+                                               ("force", "true")],
+                                        content_type="application/apply-patch+yaml")
             elif isinstance(action, DeleteWorkloads):
                 for wl in action.workloads:
                     await self._delete(namespace, wl)
         except (ApiConflict, ApiNotFound) as exc:
             log.info("Workload write for %s: %s; reconciling again", key, exc)
-            self._enqueue_after(key, RETRY_SECONDS)
+            self._retry.add(key)
         except ApiError as exc:
             raise exc.temporary() from None
 

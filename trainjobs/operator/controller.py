@@ -202,6 +202,8 @@ class Controller:
         mem = self.memory.pop(key, None)
         if mem is not None:
             self._count_state(mem.entry, -1)
+        if self.kueue is not None:
+            self.kueue.forget(key)
 
     def _count_state(self, entry: JobEntry, delta: int) -> None:
         state = str((entry.raw.get("status") or {}).get("state") or "Pending")
@@ -251,8 +253,7 @@ class Controller:
         """Start informers, wait for their first lists, then reconcile until cancelled."""
         if self.kueue is None and await discover(self.kube) and \
                 not await self._kueue_refused():
-            self.kueue = Queueing(self.kube, self._namespaces, self.events, self.queue.add,
-                                  self.queue.add_after)
+            self.kueue = Queueing(self.kube, self._namespaces, self.events, self.queue.add)
             self.informers.extend(self.kueue.informers)
             log.info("Kueue serves Workloads: jobs labelled %s are admitted through it",
                      "kueue.x-k8s.io/queue-name")
@@ -274,8 +275,16 @@ class Controller:
         started = time.perf_counter()
         try:
             await self.reconcile(key)
-            self.queue.forget(key)
-            metrics.RECONCILES.labels(result="ok").inc()
+            if self.kueue is not None and self.kueue.take_retry(key):
+                # Kueue's step must run again (a flavor or priority class missing, a
+                # Workload write refused with 409): the job's back-off grows, as for an
+                # error, and is reset by the first pass that needs no retry.
+                delay = self.queue.retry(key)
+                metrics.RECONCILES.labels(result="retry").inc()
+                log.debug("reconcile %s: Kueue's step runs again in %.2fs", key, delay)
+            else:
+                self.queue.forget(key)
+                metrics.RECONCILES.labels(result="ok").inc()
         except TemporaryError as exc:
             delay = self.queue.retry(key, exc.delay)
             metrics.RECONCILES.labels(result="retry").inc()
@@ -288,6 +297,8 @@ class Controller:
             metrics.RECONCILES.labels(result="error").inc()
             log.exception("reconcile %s failed unexpectedly; retrying in %.2fs", key, delay)
         finally:
+            if self.kueue is not None:
+                self.kueue.take_retry(key)  # (a pass that raised asked nothing more)
             metrics.RECONCILE_DURATION.labels(kind=kind).observe(time.perf_counter() - started)
 
     # Reconcile --------------------------------------------------------------------------
