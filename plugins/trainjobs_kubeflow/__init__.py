@@ -164,7 +164,7 @@ TFJOB = Framework(
     group=GROUP, version=VERSION, status_model=KubeflowJobStatus,
     # TfJob's features: TensorBoard (spec.tensorboard) and the default PS server.
     capabilities=(TensorBoard(), ParameterServers("PS")),
-    replica_keys_any_case=True,
+    replica_keys_any_case=True, suspend_style="kubeflow",
 )
 MXJOB = Framework(
     kind="MXJob", plural="mxjobs", short_names=(), name="mxnet",
@@ -177,7 +177,7 @@ MXJOB = Framework(
     env_in_all_containers=True,
     description="Kubeflow's MXJob (kubeflow.org/v1), reconciled by trainjobs.",
     group=GROUP, version=VERSION, status_model=KubeflowJobStatus,
-    replica_keys_any_case=True,
+    replica_keys_any_case=True, suspend_style="kubeflow",
 )
 
 

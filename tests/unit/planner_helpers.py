@@ -127,7 +127,8 @@ class World:
         return plan(job, self.desired, inputs,
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
                     settings=self.settings,
-                    restart_together=self.framework.replicas_restart_together)
+                    restart_together=self.framework.replicas_restart_together,
+                    suspend_style=self.framework.suspend_style)
 
     def apply(self, p: Plan) -> Plan:
         """Carry out a plan the way a backend would."""

@@ -169,6 +169,8 @@ class _State:
     lost_names: set[str] = field(default_factory=set)  # counted in this pass
     lost_uids: set[str] = field(default_factory=set)
     lost_reason: dict[str, str] = field(default_factory=dict)  # type -> loss_reason
+    # Framework.suspend_style: "batch" (as batch/v1 Jobs) or "kubeflow" (training-operator's).
+    suspend_style: str = "batch"
     # Pods recreated because the replica counts changed (their environment lists every peer).
     rescaled: list[str] = field(default_factory=list)
     create_refused: str = ""
@@ -181,14 +183,16 @@ def plan(
     succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
     settings: PlannerSettings = PlannerSettings(),
     restart_together: bool = False,
+    suspend_style: str = "batch",
 ) -> Plan:
     """Decide the next actions and the status for `job`.
 
     `desired` is the job rendered by the plugins; `inputs` what the backend knows of it (see
     `PlanInputs`); `succeeded` the kind's success rule; `restart_together` the kind's
-    `Framework.replicas_restart_together`.
+    `Framework.replicas_restart_together`, `suspend_style` its `Framework.suspend_style`.
     """
-    decision = _decide(job, desired, inputs, succeeded, settings, restart_together)
+    decision = _decide(job, desired, inputs, succeeded, settings, restart_together,
+                       suspend_style)
     if restart_together:
         decision.owe = inputs.owed | {p["metadata"]["name"] for p in decision.create_pods}
     if inputs.creates_held > 0 and (decision.create_pods or decision.create_services or
@@ -206,6 +210,7 @@ def _decide(
     succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
     settings: PlannerSettings,
     restart_together: bool,
+    suspend_style: str = "batch",
 ) -> Plan:
     """The plan, as if every create the backend is asked for could be made now."""
     now = inputs.now or datetime.now(UTC)
@@ -213,7 +218,7 @@ def _decide(
     admission = inputs.admission
     old = job.status
     state = _State(job, now, Plan(), _status_dict(old), lost_causes=inputs.lost_causes,
-                   create_refused=inputs.create_refused)
+                   create_refused=inputs.create_refused, suspend_style=suspend_style)
     for key in job.spec.replica_specs:
         rstatus = old.replica_statuses.get(key)
         state.started[key] = parse_indexes(rstatus.started_indexes) if rstatus else set()
@@ -225,18 +230,22 @@ def _decide(
     if is_finished(old):
         return _finish(state, desired, pods, services, extras, settings)
     if job.spec.run_policy.suspend:
-        return _suspend(state, pods, extras, restart_together, settings)
+        return _suspend(state, pods, services, extras, restart_together, settings)
     if admission is not None and not admission.admitted:
-        return _queue(state, pods, extras, admission, restart_together, settings)
+        return _queue(state, pods, services, extras, admission, restart_together, settings)
     if current_condition(old) is ConditionType.QUEUED:
         _clear_exclusive(state, ConditionType.QUEUED, "Admitted", "admitted by Kueue"
                          + (f" (ClusterQueue {admission.cluster_queue})"
                             if admission is not None and admission.cluster_queue else ""))
         state.plan.events.append(Event("Normal", "Admitted", "admitted: creating pods"))
     if current_condition(old) is ConditionType.SUSPENDED:
-        _clear_exclusive(state, ConditionType.SUSPENDED, "JobResumed",
-                         f"{job.kind} {job.name} is resumed")
-        state.plan.events.append(Event("Normal", "JobResumed", "resumed: recreating pods"))
+        reason, message = _suspend_words(state, "Resumed", "JobResumed",
+                                         f"{job.kind} {job.name} is resumed")
+        _clear_exclusive(state, ConditionType.SUSPENDED, reason, message)
+        state.plan.events.append(Event("Normal", reason, "resumed: recreating pods"))
+        # The clock starts again (training-operator's resume sets startTime to now; a
+        # batch-style suspension cleared it already).
+        state.status["startTime"] = iso(now)
 
     by_name = {p.name: p for p in pods}
     spec_types = {k.lower(): k for k in job.spec.replica_specs}
@@ -754,33 +763,55 @@ def _with_replicas(extras: AbstractSet[str], settings: PlannerSettings) -> list[
                   if ref.partition("/")[0] in settings.with_replicas_kinds - {"Pod"})
 
 
-def _suspend(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
-             restart_together: bool, settings: PlannerSettings) -> Plan:
-    """A suspended job runs nothing: its pods go, and the pods plugins added for them and the
-    objects that exist only with the replicas (all come back when the job resumes). Replicas
-    that restart together come back as a new attempt: the suspended one's rendezvous is
-    stale."""
+def _suspend_words(state: _State, what: str, reason: str, message: str) -> tuple[str, str]:
+    """The Suspended condition's reason and message: trainjobs' (`reason`, `message`), or, for
+    a kind of suspend_style "kubeflow", training-operator's (`NewReason(kind, "Suspended")`,
+    "TFJob <name> is suspended.")."""
+    if state.suspend_style != "kubeflow":
+        return reason, message
+    job = state.job
+    return f"{job.kind}{what}", f"{job.kind} {job.name} is {what.lower()}."
+
+
+def _suspend(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[str],
+             extras: AbstractSet[str], restart_together: bool,
+             settings: PlannerSettings) -> Plan:
+    """A suspended job runs nothing: its pods and Services go, whatever cleanPodPolicy says
+    (as training-operator's suspend), and the pods plugins added for them and the objects
+    that exist only with the replicas (all come back when the job resumes). Replicas that
+    restart together come back as a new attempt: the suspended one's rendezvous is stale.
+    Kubeflow style also sets a True Running False with the suspension's words and keeps
+    startTime (training-operator resets it on resume)."""
     job = state.job
     if restart_together and current_condition(job.status) is not ConditionType.SUSPENDED:
         state.status["attempt"] = job.status.attempt + 1
-    _stop_replicas(state, pods, extras, settings)
+    _stop_replicas(state, pods, services, extras, settings)
+    reason, message = _suspend_words(state, "Suspended", "JobSuspended",
+                                     f"{job.kind} {job.name} is suspended")
     if current_condition(job.status) is not ConditionType.SUSPENDED:
-        state.plan.events.append(Event("Normal", "JobSuspended", "suspended: pods deleted"))
-    return _idle(state, pods, ConditionType.SUSPENDED, "JobSuspended",
-                 f"{job.kind} {job.name} is suspended")
+        state.plan.events.append(Event("Normal", reason, "suspended: pods deleted"))
+    if state.suspend_style == "kubeflow" and current_condition(job.status) is \
+            ConditionType.RUNNING:
+        for cond in state.status["conditions"]:
+            if cond["type"] == ConditionType.RUNNING.value:
+                cond.update(reason=reason, message=message)
+    return _idle(state, pods, ConditionType.SUSPENDED, reason, message,
+                 keep_start=state.suspend_style == "kubeflow")
 
 
-def _queue(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
-           admission: Admission, restart_together: bool, settings: PlannerSettings) -> Plan:
+def _queue(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[str],
+           extras: AbstractSet[str], admission: Admission, restart_together: bool,
+           settings: PlannerSettings) -> Plan:
     """Kueue has not admitted the job (or evicted it): as suspended, no replica exists (its
-    pods and the objects that exist only with them go, none is created, no restart or loss
+    pods, Services and the objects that exist only with them go, none is created, no
+    restart or loss
     is counted, backoffLimit is untouched), and the Queued condition says why in Kueue's
     words; an eviction says by what. It runs again, as a resume, when admitted."""
     job = state.job
     live = [p for p in pods if not p.deleting]
     if restart_together and live:
         state.status["attempt"] = job.status.attempt + 1  # the rendezvous is stale
-    _stop_replicas(state, pods, extras, settings)
+    _stop_replicas(state, pods, services, extras, settings)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
     eviction = admission.eviction
@@ -796,27 +827,31 @@ def _queue(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
     return _idle(state, pods, ConditionType.QUEUED, reason, message)
 
 
-def _stop_replicas(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
-                   settings: PlannerSettings) -> None:
+def _stop_replicas(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[str],
+                   extras: AbstractSet[str], settings: PlannerSettings) -> None:
     """No replica may run now (suspended, or not admitted): its pods go (one whose deletion
-    was cut off half-way is deleted again), and so do the pods plugins added for them and the
-    objects that exist only with the replicas; all come back when the job may run again."""
+    was cut off half-way is deleted again), its Services, the pods plugins added for them
+    and the objects that exist only with the replicas; all come back when the job may run
+    again."""
     for pod in pods:
         if pod.deleting:
             _finish_unfinished_delete(state, pod, settings)
         else:
             state.plan.delete_pods.append(pod.name)
+    state.plan.delete_services.extend(sorted(services))
     state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
     state.plan.delete_extras.extend(_with_replicas(extras, settings))
 
 
 def _idle(state: _State, pods: Sequence[ObservedPod], ctype: ConditionType, reason: str,
-          message: str) -> Plan:
+          message: str, keep_start: bool = False) -> Plan:
     """The plan of a job that runs nothing now (suspended or queued): `ctype` its exclusive
-    condition, no index started, and, like batch/v1 Jobs, the deadline clock restarts when
-    it runs again."""
+    condition, no index started, and the deadline clock restarts when it runs again (like
+    batch/v1 Jobs, startTime is cleared meanwhile, unless `keep_start`: training-operator
+    keeps it until the resume)."""
     _set_exclusive(state, ctype, reason, message)
-    state.status["startTime"] = None
+    if not keep_start:
+        state.status["startTime"] = None
     _refresh_active(state, pods, suspended=True)
     state.plan.status = _build_status(state, state.job.status)
     return state.plan

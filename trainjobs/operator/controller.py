@@ -392,7 +392,8 @@ class Controller:
                             owed=owed, admission=admission, now=self.clock.now())
         decision = await _cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
-                plan, settings=self.planner_settings, restart_together=together),
+                plan, settings=self.planner_settings, restart_together=together,
+                suspend_style=framework.suspend_style),
             job, desired, inputs,
             lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes))
         if together:

@@ -109,6 +109,14 @@ class Framework:
     # Since 1.10: replicaSpecs keys name their type in any case (`worker` is `Worker`), as
     # another project's defaulting has it (Kubeflow's); the spec model canonicalises them.
     replica_keys_any_case: bool = False
+    # Since 1.12: how `runPolicy.suspend` shows in the status. "batch" (trainjobs' kinds): as
+    # batch/v1 Jobs, reason JobSuspended/JobResumed, startTime cleared while suspended.
+    # "kubeflow": as training-operator v1.9's ReconcileJobs (Kueue's kubeflow integrations
+    # drive the kind through it): reason `<Kind>Suspended`/`<Kind>Resumed`, message
+    # "<Kind> <name> is suspended.", a True Running set False with that reason, startTime
+    # kept while suspended. Both delete the pods, Services and PodGroups whatever
+    # cleanPodPolicy says, count active 0, and start the clock again on resume.
+    suspend_style: Literal["batch", "kubeflow"] = "batch"
 
     def capability(self, kind: type[C]) -> C | None:
         """The kind's capability of that type, if it declares one."""
