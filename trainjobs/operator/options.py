@@ -21,8 +21,10 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=16,
                    help="jobs reconciled in parallel (default 16)")
     p.add_argument("--controller-config-file", metavar="FILE",
-                   help="YAML with accelerator volumes/env per extended resource and the "
-                        "gangScheduling section")
+                   help="YAML mapping of the plugins' sections, each checked at start by its "
+                        "plugin: accelerators (volumes and env per extended resource), "
+                        "gangScheduling (a PodGroup per job for a gang scheduler), tfImage "
+                        "(the default TensorFlow PS server's image); docs/operator.md")
     # Read by the gang plugin (trainjobs_config_overrides), which checks the name at start.
     p.add_argument("--gang-scheduler", metavar="SCHEDULER",
                    help="give every job a PodGroup for this gang scheduler (one the gang "
