@@ -658,10 +658,16 @@ def watches(plugins: PluginManager, settings: ControllerSettings) -> int:
 
 
 def _note_gone(mem: JobMemory, entry: OwnedEntry) -> None:
-    """A replica pod went that this operator did not delete: keep what it last showed of why
-    (a DisruptionTarget condition) for the planner's ReplicaLost event. Only a hint: whether
-    it was lost the planner decides from the status."""
-    if mem.entry.uid != entry.owner_uid or entry.pod is None:
+    """A replica pod that had started went and this operator did not delete it: keep what it
+    last showed of why (a DisruptionTarget condition) for the planner's ReplicaLost event.
+    Only a hint: whether it was lost the planner decides from the status.
+
+    A pod last seen Pending never ran: its going is no loss (docs/api.md), it is recreated
+    silently. kube-scheduler deletes a preemption victim by name, with no uid precondition,
+    and may do so again after the victim is gone (a second preemptor that chose the same
+    victim): that DELETE takes the victim's replacement, which waits Pending."""
+    if mem.entry.uid != entry.owner_uid or entry.pod is None or \
+            entry.pod.phase is PodPhase.PENDING:
         return
     cause = entry.pod.disruption or "deleted by someone other than the operator"
     if mem.gone is None:
