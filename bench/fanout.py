@@ -18,6 +18,13 @@ alternating order, two phases in separate namespaces:
     python -m bench.fanout --jobs 100 --repeats 1
     python -m bench.fanout --operator-cmd "{python} -m trainjobs.cli operator ..." \\
         --operator-cmd "/path/to/other-operator --kubeconfig {kubeconfig}"
+    python -m bench.fanout --training-operator   # Kubeflow's as the baseline (below)
+
+--training-operator: the jobs are kubeflow.org/v1 TFJobs (the same Chief + Workers), and the
+phases are ours with the kubeflow plugin (default, and tuned: --concurrency 64) and Kubeflow's
+training-operator v1.9.4 (bench.training_operator; default flags, and tuned: 16 controller
+threads, 500 requests/s, burst 1000), one operator at a time, each phase installing its own
+kubeflow.org CRDs first (ours: charts/trainjobs/kubeflow-crds; theirs: its manifests').
 
 Figures go to stdout; everything measured to docs/benchmarks/fanout.json (or --out).
 """
@@ -40,9 +47,10 @@ from typing import Any
 from bench.api import BENCH_UA, CEILING_UA, Api, gather_limited
 from bench.cluster import Cluster
 from bench.cpu import cpu_diff, cpu_snapshot
-from bench.jobs import rendered_objects, tfjob, tfjob_path
+from bench.jobs import KUBEFLOW_GROUP, kubeflow_tfjob, rendered_objects, tfjob, tfjob_path
 from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
 from bench.report import (
+    REPO,
     RESULTS_DIR,
     install_signal_handlers,
     log,
@@ -51,8 +59,22 @@ from bench.report import (
     stats,
     write_result,
 )
+from bench.training_operator import DEFAULT_FLAGS, TUNED_FLAGS, TrainingOperator
 from bench.watcher import Watcher
 from bench.writes import attribute, audit_writes, counter_diff, write_counters
+from trainjobs.testing import apply_crds
+
+#: Our kubeflow.org CRDs (`TRAINJOBS_ENABLE_PLUGINS=kubeflow trainjobs crds`, kept current by
+#: tests/unit/test_kubeflow_plugin.py).
+KUBEFLOW_CRDS = REPO / "charts" / "trainjobs" / "kubeflow-crds"
+OURS_KUBEFLOW_CMD = f"{DEFAULT_OPERATOR_CMD} --enable-plugins kubeflow"
+#: The phases of --training-operator: label -> our command, or training-operator's flags.
+TRAINING_OPERATOR_PHASES: dict[str, tuple[str, str]] = {
+    "ours": ("ours", OURS_KUBEFLOW_CMD),
+    "ours-tuned": ("ours", f"{OURS_KUBEFLOW_CMD} --concurrency 64"),
+    "training-operator": ("training-operator", DEFAULT_FLAGS),
+    "training-operator-tuned": ("training-operator", TUNED_FLAGS),
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,6 +102,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f"(default: {DEFAULT_OPERATOR_CMD})")
     p.add_argument("--label", action="append", default=[],
                    help="a name per --operator-cmd (default: ours, other1, ...)")
+    p.add_argument("--training-operator", action="store_true",
+                   help="kubeflow.org/v1 TFJobs; phases ours (--enable-plugins kubeflow) "
+                        "default and tuned, Kubeflow's training-operator default and tuned "
+                        "(instead of --operator-cmd)")
     p.add_argument("--ready-path", default="/readyz",
                    help="HTTP path on {port} that answers 200 once the operator is ready; "
                         "'none': wait 5 s instead")
@@ -109,9 +135,7 @@ async def run_ceiling(cluster: Cluster, watcher: Watcher, ns: str, conc: int,
                "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
         objects = []
         for i in range(args.jobs):
-            job = tfjob(f"bench-{i:05d}", ns, workers=args.workers,
-                        chief_run=_chief_run(args.run_duration), worker_run=args.run_duration)
-            objects += rendered_objects(job, ref)
+            objects += rendered_objects(_job(f"bench-{i:05d}", ns, args), ref)
         per_kind = len(objects) // 2
         before = await write_counters(api)
         audit0 = cluster.audit_offset()
@@ -139,6 +163,8 @@ async def run_ceiling(cluster: Cluster, watcher: Watcher, ns: str, conc: int,
             "objects_seconds": t_objects,
             "create_rate": len(objects) / t_objects,
             "pods_running_seconds": t_running,
+            # No job: its pods would all have ended the Chief's run time after the last ran.
+            "jobs_succeeded_seconds": t_running + _seconds(_chief_run(args.run_duration)),
             "cpu_until_objects": cpu_objects,
             "apiserver_writes": counter_diff(after, before),
             "audit_writes": {k: dict(v) for k, v in
@@ -152,6 +178,21 @@ async def run_ceiling(cluster: Cluster, watcher: Watcher, ns: str, conc: int,
         return res
     finally:
         await api.close()
+
+
+def _job(name: str, ns: str, args: argparse.Namespace) -> dict[str, Any]:
+    make = kubeflow_tfjob if args.training_operator else tfjob
+    return make(name, ns, workers=args.workers, chief_run=_chief_run(args.run_duration),
+                worker_run=args.run_duration)
+
+
+def _group(args: argparse.Namespace) -> str:
+    return KUBEFLOW_GROUP if args.training_operator else "trainjobs.io"
+
+
+def _seconds(run: str) -> float:
+    """A KWOK run duration ("20s", "1500ms") in seconds."""
+    return float(run[:-2]) / 1000 if run.endswith("ms") else float(run.rstrip("s"))
 
 
 def _chief_run(run: str) -> str:
@@ -185,9 +226,7 @@ async def run_operator(cluster: Cluster, watcher: Watcher, ns: str, label: str, 
     try:
         res["ready_seconds"] = await op.start()
         fp0 = op.footprint()
-        jobs = [tfjob(f"bench-{i:05d}", ns, workers=args.workers,
-                      chief_run=_chief_run(args.run_duration), worker_run=args.run_duration)
-                for i in range(args.jobs)]
+        jobs = [_job(f"bench-{i:05d}", ns, args) for i in range(args.jobs)]
         before = await write_counters(api)
         audit0 = cluster.audit_offset()
         if profile:
@@ -196,7 +235,8 @@ async def run_operator(cluster: Cluster, watcher: Watcher, ns: str, label: str, 
         cpu0 = cpu_snapshot(cluster.plane, op)
         t0 = time.perf_counter()
         await gather_limited(args.concurrency,
-                             (api.create_ok(tfjob_path(ns), j) for j in jobs))
+                             (api.create_ok(tfjob_path(ns, group=_group(args)), j)
+                              for j in jobs))
         res["jobs_created_seconds"] = time.perf_counter() - t0
         await watcher.wait(lambda: c.pods >= n_pods and c.services >= n_pods,
                            f"{label}: {n_pods} pods and Services", args.timeout)
@@ -226,7 +266,7 @@ async def run_operator(cluster: Cluster, watcher: Watcher, ns: str, label: str, 
         running_seen = [t.states["Running"] for t in jtracks if "Running" in t.states]
         succeeded = [t.states["Succeeded"] for t in jtracks if "Succeeded" in t.states]
         diff = counter_diff(after, before)
-        attributed = attribute(diff, "tfjobs")
+        attributed = attribute(diff, "tfjobs", _group(args))
         no_events = sum(v for k, v in attributed.items() if k != "events")
         res.update({
             "objects": 2 * n_pods,
@@ -241,6 +281,7 @@ async def run_operator(cluster: Cluster, watcher: Watcher, ns: str, label: str, 
             "finished_seconds": t_done - t0,
             "cpu_until_objects": cpu_objects,
             "cpu_until_finished": cpu_done,
+            "operator_cpu_seconds": cpu_done.get("operator"),
             "status_versions_per_job": dict(sorted(Counter(
                 t.versions - 1 for t in jtracks).items())),
             "status_log_sample": {k[1]: [(round(x[0] - t0, 2), x[1], x[2]) for x in t.log]
@@ -286,7 +327,7 @@ async def resync_check(cluster: Cluster, api: Api, op: OperatorProcess, ns: str,
     after = await write_counters(api)
     fp = op.footprint()
     diff = counter_diff(after, before)
-    attributed = attribute(diff, "tfjobs")
+    attributed = attribute(diff, "tfjobs", _group(args))
     audit = audit_writes(cluster.audit_since(audit0), ns)
     res = {"ready_seconds": t_ready, "apiserver_writes": diff, "operator_writes": attributed,
            "operator_writes_total": sum(attributed.values()),
@@ -336,27 +377,47 @@ async def one_repeat(i: int, args: argparse.Namespace, commands: list[tuple[str,
         if i % 2:
             phases.reverse()
         namespaces = {ph: f"bench-{ph}" for ph in phases}
+        if args.training_operator:  # the watcher lists kubeflow.org TFJobs from the start
+            _apply_kubeflow_crds(cluster)
         for ns in namespaces.values():
             await api.ensure_namespace(ns)
-        watcher = Watcher(api, list(namespaces.values()))
+        watcher = Watcher(api, list(namespaces.values()), job_group=_group(args))
         watcher.log_names = {"bench-00000", "bench-00001", "bench-00250", "bench-00499"}
         watcher.start()
         await watcher.synced.wait()
         out: dict[str, Any] = {"order": phases, "ceilings": args.ceilings}
+        theirs = (TrainingOperator.prepare(cluster.plane, workdir / "training-operator")
+                  if args.training_operator else None)
         for ph in phases:
             ns = namespaces[ph]
             if ph.startswith("ceiling"):
                 out[ph] = await run_ceiling(cluster, watcher, ns, int(ph[7:]), args)
-            else:
-                cmd = dict(commands)[ph]
+                continue
+            cmd = dict(commands)[ph]
+            if theirs is not None:  # one operator at a time, each with its own CRDs
+                who, setting = TRAINING_OPERATOR_PHASES[ph]
+                if who == "training-operator":
+                    theirs.install()
+                    cmd = theirs.command(setting)
+                else:
+                    _apply_kubeflow_crds(cluster)
+            try:
                 out[ph] = await run_operator(cluster, watcher, ns, ph, cmd, args, workdir,
                                              profile=args.profile and i == 0)
+            finally:
+                if theirs is not None and TRAINING_OPERATOR_PHASES[ph][0] != "ours":
+                    theirs.uninstall()
         best = max(out[c]["create_rate"] for c in ceilings)
         out["ceiling"] = {"best_create_rate": best}
         for label, _ in commands:
             out[label]["ratio_to_ceiling"] = out[label]["create_rate"] / best
             for c in ceilings:
                 out[label][f"ratio_to_{c}"] = out[label]["create_rate"] / out[c]["create_rate"]
+            done = out[label]["jobs_succeeded_seconds"]
+            for other in [*ceilings, *(x for x, _ in commands)]:
+                if done is not None and out[other].get("jobs_succeeded_seconds"):
+                    out[label][f"succeeded_ratio_to_{other}"] = \
+                        done / out[other]["jobs_succeeded_seconds"]
         out["watcher_events"] = watcher.events
         return out
     finally:
@@ -365,6 +426,13 @@ async def one_repeat(i: int, args: argparse.Namespace, commands: list[tuple[str,
         if api is not None:
             await api.close()
         cluster.stop()
+
+
+def _apply_kubeflow_crds(cluster: Cluster) -> None:
+    """Our kubeflow.org CRDs, replacing training-operator's (same field manager: its fields
+    that ours lack go)."""
+    apply_crds(cluster.plane.kubeconfig, KUBEFLOW_CRDS, timeout=120,
+               kubectl=cluster.plane.bin_dir / "kubectl", wait_published=False)
 
 
 def _audit_per_job(operator_writes: dict[str, int], jobs: int) -> dict[str, float]:
@@ -386,13 +454,22 @@ def summarize(repeats: list[dict[str, Any]], labels: list[str]) -> dict[str, Any
             "writes_per_job_with_events", "audit_writes_per_job",
             "audit_writes_per_job_with_events")
     ceilings = [f"ceiling{c}" for c in repeats[0]["ceilings"]]
-    summary: dict[str, Any] = {c: {k: stats([r[c][k] for r in repeats])
+    summary: dict[str, Any] = {c: {k: stats([r[c][k] for r in repeats if k in r[c]])
                                    for k in ("objects_seconds", "create_rate",
-                                             "pods_running_seconds")} for c in ceilings}
+                                             "pods_running_seconds", "jobs_succeeded_seconds")}
+                               for c in ceilings}
+    for c in ceilings:
+        summary[c]["client_cpu_seconds"] = stats([r[c]["cpu_until_objects"]["bench"]
+                                                  for r in repeats])
     for label in labels:
         summary[label] = {k: stats([r[label][k] for r in repeats
                                     if r[label].get(k) is not None])
-                          for k in (*keys, *(f"ratio_to_{c}" for c in ceilings))}
+                          for k in (*keys, "operator_cpu_seconds",
+                                    *(f"ratio_to_{c}" for c in ceilings),
+                                    *(f"succeeded_ratio_to_{x}" for x in [*ceilings, *labels]))}
+        for k in ("others", "machine_busy"):
+            summary[label][f"{k}_cpu_seconds"] = stats([
+                r[label]["cpu_until_finished"][k] for r in repeats])
         summary[label]["peak_rss_mb"] = stats([r[label]["footprint_end"]["hwm_mb"]
                                                for r in repeats])
         if all("resync" in r[label] for r in repeats):
@@ -417,6 +494,7 @@ def print_summary(summary: dict[str, Any], args: argparse.Namespace, labels: lis
         line("all objects exist (s)", c["objects_seconds"])
         line("create rate (objects/s)", c["create_rate"], fmt=".0f")
         line("all pods Running (s)", c["pods_running_seconds"])
+        line("+ Chief run: every job Succeeded (s)", c["jobs_succeeded_seconds"])
     for label in labels:
         s = summary[label]
         print(f"{label}:")
@@ -428,6 +506,11 @@ def print_summary(summary: dict[str, Any], args: argparse.Namespace, labels: lis
         line("all pods Running (s)", s["pods_running_seconds"])
         line("every job Running (s)", s["jobs_running_seconds"])
         line("every job Succeeded (s)", s["jobs_succeeded_seconds"])
+        for other in [*(f"ceiling{c}" for c in args.ceilings), *labels]:
+            if other != label:
+                line(f"  Succeeded / {other}", s[f"succeeded_ratio_to_{other}"], fmt=".2f")
+        line("operator CPU until Succeeded (s)", s["operator_cpu_seconds"])
+        line("  other work on the machine (CPU-s)", s["others_cpu_seconds"])
         line(f"writes/job w/o Events (<= {2 * (1 + args.workers) + 2})",
              s["audit_writes_per_job"], fmt=".2f")
         line("writes/job with Events", s["audit_writes_per_job_with_events"], fmt=".2f")
@@ -443,6 +526,13 @@ async def main_async(args: argparse.Namespace) -> int:
     args.ceilings = sorted({int(x) for x in (args.ceiling_concurrency
                                              or f"{args.concurrency},64").split(",")})
     labels = args.label or ["ours"] + [f"other{i}" for i in range(1, len(commands))]
+    if args.training_operator:
+        if args.operator_cmd or args.label:
+            raise SystemExit("--training-operator sets the phases: no --operator-cmd/--label")
+        # training-operator's commands are made per repeat (ports, certificates).
+        labels = list(TRAINING_OPERATOR_PHASES)
+        commands = [TRAINING_OPERATOR_PHASES[x][1] if TRAINING_OPERATOR_PHASES[x][0] == "ours"
+                    else "" for x in labels]
     if len(labels) != len(commands):
         raise SystemExit("give one --label per --operator-cmd")
     pairs = list(zip(labels, commands, strict=True))

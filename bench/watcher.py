@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.api import Api
-from bench.jobs import CEILING_JOB_LABEL, JOB_LABEL
+from bench.jobs import CEILING_JOB_LABEL, JOB_LABEL, KUBEFLOW_JOB_LABEL
 from bench.report import log
 from trainjobs.kube import PODS, SERVICES, Resource, job_resource
 from trainjobs.kube.listwatch import LISTED, SYNCED, Backoff, ListWatch
@@ -66,12 +66,14 @@ class Watcher:
     """
 
     def __init__(self, api: Api, namespaces: Sequence[str], *, job_plural: str = "tfjobs",
-                 keep_series: bool = True, configmap_namespaces: Sequence[str] = ()) -> None:
+                 keep_series: bool = True, configmap_namespaces: Sequence[str] = (),
+                 job_group: str = "trainjobs.io") -> None:
         self.api = api
         self.namespaces = list(namespaces)
         self.configmap_namespaces = list(configmap_namespaces)
         self.configmaps: dict[tuple[str, str], float] = {}  # first seen
         self.job_plural = job_plural
+        self.job_group = job_group
         self.keep_series = keep_series
         self.pods: dict[tuple[str, str], PodTrack] = {}
         self.services: dict[tuple[str, str], float] = {}
@@ -92,7 +94,8 @@ class Watcher:
         self.events = 0
 
     def start(self) -> None:
-        jobs = job_resource("TfJob", self.job_plural)
+        jobs = job_resource("TfJob", self.job_plural, self.job_group,
+                            "v1" if self.job_group != "trainjobs.io" else "v1alpha1")
         for ns in self.namespaces:
             for kind, res in (("pod", PODS), ("svc", SERVICES), ("job", jobs)):
                 self._tasks.append(asyncio.create_task(self._run(kind, ns, res)))
@@ -155,7 +158,8 @@ class Watcher:
             if etype == "DELETED":
                 return
             labels = meta.get("labels") or {}
-            job = labels.get(JOB_LABEL) or labels.get(CEILING_JOB_LABEL) or ""
+            job = (labels.get(JOB_LABEL) or labels.get(KUBEFLOW_JOB_LABEL)
+                   or labels.get(CEILING_JOB_LABEL) or "")
             track = self.pods[key] = PodTrack(job, now)
             c.pods += 1
             if self.keep_series:

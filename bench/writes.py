@@ -76,8 +76,8 @@ def operator_write_keys(plural: str, group: str = "trainjobs.io") -> dict[str, t
     }
 
 
-def attribute(diff: dict[str, int], plural: str) -> dict[str, int]:
+def attribute(diff: dict[str, int], plural: str, group: str = "trainjobs.io") -> dict[str, int]:
     out = {}
-    for name, keys in operator_write_keys(plural).items():
+    for name, keys in operator_write_keys(plural, group).items():
         out[name] = sum(diff.get(k, 0) for k in keys)
     return out
