@@ -803,10 +803,9 @@ def _queue(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[str
            extras: AbstractSet[str], admission: Admission, restart_together: bool,
            settings: PlannerSettings) -> Plan:
     """Kueue has not admitted the job (or evicted it): as suspended, no replica exists (its
-    pods, Services and the objects that exist only with them go, none is created, no
-    restart or loss
-    is counted, backoffLimit is untouched), and the Queued condition says why in Kueue's
-    words; an eviction says by what. It runs again, as a resume, when admitted."""
+    pods, Services and the objects that exist only with them go, none is created, no restart
+    or loss is counted, backoffLimit is untouched), and the Queued condition says why in
+    Kueue's words; an eviction says by what. It runs again, as a resume, when admitted."""
     job = state.job
     live = [p for p in pods if not p.deleting]
     if restart_together and live:
