@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainjobs.api.models import ConditionType
+from trainjobs.core.planner import PlannerSettings
 from trainjobs.plugin.manager import load_plugins
 
 from .planner_helpers import World, assert_true_only, mx_doc, names_of, parse, running_world
@@ -34,9 +35,10 @@ def kubeflow_tfjob(suspend: bool = False, **run_policy: Any) -> dict[str, Any]:
                      "tfReplicaSpecs": {"Chief": spec(1), "Worker": spec(2)}}}
 
 
-def kubeflow_world(doc: dict[str, Any], running: bool = True) -> World:
+def kubeflow_world(doc: dict[str, Any], running: bool = True,
+                   settings: PlannerSettings | None = None) -> World:
     """The TFJob's world; `running`: its pods created and Running, state Running."""
-    w = World(parse(doc, KUBEFLOW), plugins=KUBEFLOW)
+    w = World(parse(doc, KUBEFLOW), plugins=KUBEFLOW, settings=settings or PlannerSettings())
     if running:
         w.step()
         w.run()
@@ -138,3 +140,22 @@ def test_batch_style_suspend_deletes_services_too_and_keeps_its_words() -> None:
     assert names_of(p.create_services) == sorted(w.desired.services)
     assert w.condition(SUSPENDED).reason == "JobResumed"
     assert w.status.start_time == w.now
+
+
+def test_kubeflow_suspend_deletes_the_pod_group_whatever_clean_pod_policy_says() -> None:
+    """With gang scheduling the PodGroup (a with-replicas object) goes with the pods, as
+    training-operator's CleanUpResources deletes it, and comes back on resume."""
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "tf"}, "spec": {}}
+    w = kubeflow_world(kubeflow_tfjob(cleanPodPolicy="None"), running=False,
+                       settings=PlannerSettings(with_replicas_kinds=frozenset({"PodGroup"})))
+    w.desired.extras.append(group)
+    w.settle()
+    assert "PodGroup/tf" in w.extras
+    w.respec(kubeflow_tfjob(suspend=True, cleanPodPolicy="None"))
+    w.desired.extras.append(group)
+    p = w.step()
+    assert p.delete_extras == ["PodGroup/tf"] and not w.extras and not w.pods
+    w.respec(kubeflow_tfjob(cleanPodPolicy="None"))
+    w.desired.extras.append(group)
+    assert names_of(w.step().create_extras) == ["tf"]
