@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -323,6 +324,14 @@ class Namespace:
     def event_reasons(self, name: str) -> list[str]:
         return [e["reason"] for e in self.events(name)]
 
+    def wait_event(self, name: str, reason: str, timeout: float = 20) -> list[str]:
+        """The event reasons of ``name`` once one is ``reason``. The operator records a
+        reconcile's events after its status write and its pod calls, so a test that has seen
+        the status (or the pods) must wait for the event: read once, it may not be there yet."""
+        return wait_for(lambda: r if reason in (r := self.event_reasons(name)) else None,
+                        lambda: f"a {reason} event of {name}: {self.event_reasons(name)}",
+                        timeout)
+
     def scheduled(self) -> Counter[str]:
         """How many times each pod name was scheduled: once per pod object created under it,
         so a pod deleted and created again counts twice."""
@@ -332,34 +341,46 @@ class Namespace:
 
 @contextlib.contextmanager
 def watch_statuses(ns: Namespace, kind: str, name: str) -> Iterator[list[dict[str, Any]]]:
-    """Every version of the job the API server sends to a watch (``kubectl get -w``) while the
-    block runs; yields the list it fills with the statuses."""
+    """Every version of the job the API server sends to a watch while the block runs; yields
+    the list it fills with the statuses (one per version, the job's creation included).
+
+    The watch starts at the resourceVersion of a list made before the block runs, and ends
+    once it has delivered the version the job has when the block ends: it misses nothing the
+    block does however late kubectl connects or however slowly the events come (a sleep
+    "until the watch is established" is a guess on a loaded machine)."""
+    selector = f"metadata.name={name}"
+    listed = ns.get_path(ns.job_path(kind), {"fieldSelector": selector})
+    query = urllib.parse.urlencode({"watch": "1", "fieldSelector": selector,
+                                    "resourceVersion": listed["metadata"]["resourceVersion"]})
     proc = subprocess.Popen(
         [str(ns.plane.bin_dir / "kubectl"), f"--kubeconfig={ns.plane.kubeconfig}",
-         f"--cache-dir={ns.plane.kubeconfig.parent / 'kubectl-cache'}", "-n", ns.name,
-         "get", f"{PLURALS[kind]}", f"--field-selector=metadata.name={name}", "--watch",
-         "-o", "json"],
+         "get", "--raw", f"{ns.job_path(kind)}?{query}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
-    statuses: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    reader = threading.Thread(target=lambda: events.extend(
+        json.loads(line) for line in proc.stdout or () if line.strip()), daemon=True)
+    reader.start()
+    statuses: list[dict[str, Any]] = [item.get("status") or {} for item in listed["items"]]
     try:
-        time.sleep(0.5)  # the watch is established before the job changes
         yield statuses
-        time.sleep(0.5)
+        last = ns.job(kind, name)
+        if last is not None:
+            version = int(last["metadata"]["resourceVersion"])
+            wait_for(lambda: any(int(e["object"]["metadata"].get("resourceVersion", 0))
+                                 >= version for e in list(events) if e.get("type") != "ERROR"),
+                     lambda: f"the watch to deliver {kind} {name} version {version}: "
+                     f"{[e.get('type') for e in events]}", timeout=30)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
-        decoder = json.JSONDecoder()
-        text, pos = out, 0
-        while True:
-            while pos < len(text) and text[pos].isspace():
-                pos += 1
-            if pos >= len(text):
-                break
-            obj, pos = decoder.raw_decode(text, pos)
-            statuses.append(obj.get("status") or {})
-        assert statuses or err == "", f"kubectl get --watch: {err}"
+        _, err = proc.communicate(timeout=10)
+        reader.join(timeout=10)
+    errors = [e for e in events if e.get("type") == "ERROR"]
+    assert not errors, f"the watch of {kind} {name} failed: {errors}"
+    statuses.extend(e["object"].get("status") or {} for e in events
+                    if e.get("type") in ("ADDED", "MODIFIED"))
+    assert statuses or err == "", f"kubectl get --raw (watch): {err}"
 
 
 # -- the operator process --------------------------------------------------------------------

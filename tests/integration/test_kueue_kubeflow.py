@@ -232,9 +232,12 @@ def test_kueue_admits_evicts_and_readmits_an_unchanged_kubeflow_tfjob(queue: Que
         and c.reason == "Preempted", "the low Workload Evicted (Preempted)"), "Evicted")
     assert evicted is not None and "Preempted to accommodate a workload" in evicted.message
     # Kueue's job reconciler stopped the TFJob (its event), saying why.
-    stopped = [e["message"] for e in ns.events("low") if e["reason"] == "Stopped"]
-    assert any("Preempted to accommodate a workload" in m for m in stopped), \
-        [(e["reason"], e["message"]) for e in ns.events("low")]
+    # (Waited for: Kueue's recorder sends events in the background, after the suspend that
+    # the status above follows.)
+    wait_for(lambda: any("Preempted to accommodate a workload" in e["message"]
+                         for e in ns.events("low") if e["reason"] == "Stopped"),
+             lambda: "Kueue's Stopped event: "
+             f"{[(e['reason'], e['message']) for e in ns.events('low')]}", timeout=20)
 
     queue.wait_true("high", "Running")
     (high_pod,) = ns.pods("high")

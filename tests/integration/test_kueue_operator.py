@@ -216,7 +216,7 @@ def test_high_priority_job_preempts_a_running_low_one_through_kueue(queue: Queue
     cond = condition(status, "Queued")
     assert cond is not None and cond["reason"] == "Evicted", cond
     assert "Preempted to accommodate a workload" in cond["message"], cond
-    assert "Evicted" in ns.event_reasons("low")
+    ns.wait_event("low", "Evicted")
     wait_for(lambda: not ns.pods("low"), "the low job's pods to go", timeout=30)
     ns.wait_state("TfJob", "high", "Running", timeout=60)
     assert "Preempted" in trainjobs_status(ns, "low")
@@ -398,5 +398,5 @@ def test_pods_that_never_get_ready_are_evicted_by_wait_for_pods_ready(
         assert cond is not None and cond["reason"] == "Evicted", cond
         assert condition(status, "Failed") is None
         assert status["replicaStatuses"]["Worker"]["restarts"] == 0
-        assert "Evicted" in ns.event_reasons("stuck")
+        ns.wait_event("stuck", "Evicted")
         assert not queue.operator.problems()

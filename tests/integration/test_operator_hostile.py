@@ -86,7 +86,7 @@ def test_a_job_never_adopts_objects_of_another_kind_with_its_name(
     assert failed["reason"] == "NameConflict", failed
     assert f"MxJob clash (uid {mx_uid})" in failed["message"], failed
     assert "clash-worker-" in failed["message"], failed
-    assert "NameConflict" in bare_ns.event_reasons("clash")
+    bare_ns.wait_event("clash", "NameConflict")
 
     # The MxJob's objects were neither adopted nor touched; it keeps running.
     for name, uid in mx_pods.items():

@@ -108,6 +108,8 @@ def test_health_metrics_events_and_sigterm(bare_ns: Namespace, operators: Operat
     # Events, as `kubectl get events` shows them.
     table = ns.kubectl("get", "events").stdout
     assert "mxjob/fine" in table and "tfjob/broken" in table, table
+    ns.wait_event("fine", "JobSucceeded")  # recorded after the status write it follows
+    ns.wait_event("broken", "ReplicaFailed")
     fine = ns.events("fine")
     reasons = [e["reason"] for e in fine if e["involvedObject"]["kind"] == "MxJob"]
     assert "Created" in reasons and "JobSucceeded" in reasons, reasons

@@ -62,8 +62,7 @@ def test_never_and_exit_code_1_are_permanent_failures(ns: Namespace) -> None:
     wait_for(lambda: set(ns.pod_phases("never").values()) == {"Failed"},
              lambda: f"only failed pods of never to remain: {ns.pod_summary('never')}")
     ns.wait_pods("exitcode", {"exitcode-worker-0": "Failed"})
-    reasons = ns.event_reasons("never")
-    assert "ReplicaFailed" in reasons, reasons
+    ns.wait_event("never", "ReplicaFailed")
 
 
 def test_exit_code_retryable_exit_recreates_the_pod_then_the_job_succeeds(

@@ -75,7 +75,7 @@ def test_jobs_that_cannot_run_fail_with_a_reason_and_never_stall_others(ns: Name
             assert word in failed["message"], (word, failed["message"])
         assert status["state"] == "Failed" and status.get("completionTime"), status
         assert status["observedGeneration"] == 1, status
-        assert reason in ns.event_reasons(name)
+        ns.wait_event(name, reason)
     # The pods were being created: the job had its Created condition, and keeps it.
     created = condition(ns.status("TfJob", "bad-pod"), "Created")
     assert created is not None and created["status"] == "True"

@@ -42,7 +42,7 @@ def test_active_deadline_fails_the_job(ns: Namespace) -> None:
     assert 3 <= ran <= 10, status
     # The running workers are deleted (cleanPodPolicy Running by default).
     ns.wait_pods("slow", {})
-    assert "DeadlineExceeded" in ns.event_reasons("slow")
+    ns.wait_event("slow", "DeadlineExceeded")
 
 
 def test_clean_pod_policy_decides_which_pods_remain(ns: Namespace) -> None:
@@ -153,5 +153,9 @@ def test_status_invariants_hold_while_a_job_runs_and_after(ns: Namespace) -> Non
         assert samples < 2000, f"the job did not finish: {status}"
         time.sleep(0.05)
     assert states[-1] == "Succeeded", states
-    assert "Running" in states, states
+    # It ran: the Running condition stays in the history (False now). Not "Running" among the
+    # samples: with Workers restarting every second the job may be Running for less than a
+    # sampling interval at a time, and a sample is no record.
+    ran = condition(status, "Running")
+    assert ran is not None and ran["status"] == "False", status
     assert samples > 20

@@ -88,5 +88,5 @@ def test_pod_create_refused_by_rbac_fails_the_job_with_create_failed(
     assert identity in failed["message"], failed
     assert bare_ns.pods("denied") == []
     # A refusal it cannot get past fails the job once and for all: no retry loop, no crash.
-    assert "CreateFailed" in bare_ns.event_reasons("denied")
+    bare_ns.wait_event("denied", "CreateFailed")
     assert operators.started[0].ready()
