@@ -179,3 +179,32 @@ def test_on_a_terminal_the_counts_are_redrawn_in_place(ns: Namespace, tmp_path: 
     assert "\r\x1b[K" in out, out  # the counts line, cleared and redrawn
     assert "[trainjobs] Worker 2/2 running" not in out  # never a line of its own here
     assert "MxJob tty: Succeeded in" in out
+
+
+def test_status_and_logs_of_a_job_managed_by_multikueue(ns: Namespace, tmp_path: Path) -> None:
+    """A job managed by Kueue's MultiKueue (here with no Kueue: as in a manager cluster before
+    its Workload is admitted): `status` says who manages it and that no worker is named yet;
+    `logs` exits 5 saying its pods run in a worker cluster, not failing on pods it lacks."""
+    manifest = job("MxJob", "remote", {"Scheduler": replica("MxJob"),
+                                       "Server": replica("MxJob"),
+                                       "Worker": replica("MxJob", 2, exit_code=0)},
+                   managedBy="kueue.x-k8s.io/multikueue")
+    path = tmp_path / "remote.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    assert cli(ns, "submit", str(path)).returncode == 0
+    status = cli(ns, "status", "remote")
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert lines[1] == ("  managed by kueue.x-k8s.io/multikueue (spec.managedBy): this "
+                        "cluster's operator leaves it alone: Kueue's MultiKueue runs it in a "
+                        "worker cluster and copies that copy's status here"), status.stdout
+    assert lines[2] == ("  no worker cluster named on its Workload yet; its pods will run "
+                        "there"), status.stdout
+    logs = cli(ns, "logs", "remote")
+    assert logs.returncode == 5, (logs.stdout, logs.stderr)
+    assert logs.stderr == (
+        "error: MxJob remote is managed by kueue.x-k8s.io/multikueue: its pods run in a worker "
+        "cluster (none is named on its Workload yet), not in this cluster, which holds only the "
+        f"job and its copied status; read the logs there: trainjobs logs remote -n {ns.name} "
+        "--kubeconfig <that cluster's kubeconfig>\n"), logs.stderr
+    assert ns.pods("remote") == []

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes_asyncio.config import ConfigException, list_kube_config_contexts
 
-from trainjobs.api.models import Job, JobSpec, JobStatus, ObjectMeta
+from trainjobs.api.models import MANAGED_BY_OPERATOR, Job, JobSpec, JobStatus, ObjectMeta
 from trainjobs.client.errors import (
     AmbiguousJob,
     ClusterUnreachable,
@@ -28,6 +28,7 @@ from trainjobs.client.errors import (
     JobNotFound,
     LogsUnavailable,
     NeverReached,
+    PodsElsewhere,
     WaitTimeout,
 )
 from trainjobs.client.views import JobEvent, PodInfo, replica_names
@@ -49,6 +50,7 @@ from trainjobs.kube import (
     job_resource,
 )
 from trainjobs.kube.listwatch import LISTED
+from trainjobs.kueue import constants as kueue
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Framework
 from trainjobs.yamlio import load_documents, read_documents
@@ -60,6 +62,7 @@ FINISHED = FINISHED_STATES
 #: What `create` takes: a model, a manifest dict, YAML text, or a path to a YAML file.
 JobSource = Job | dict[str, Any] | str | os.PathLike[str]
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_WORKLOADS = Resource("Workload", "workloads", kueue.GROUP, kueue.VERSION)
 
 
 class AsyncClient:
@@ -343,6 +346,8 @@ class AsyncClient:
         job = await self.get(name, kind, namespace)
         pods = [p for p in await self.pods(job.name, job.kind, job.namespace)
                 if p.index is not None]
+        if not pods and job.spec.manager() != MANAGED_BY_OPERATOR:
+            raise PodsElsewhere(await self.elsewhere(job))
         if replica is not None:
             pods = [p for p in pods if p.replica.lower() == replica.lower()]
             if not pods:
@@ -380,6 +385,32 @@ class AsyncClient:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def worker_cluster(self, job: Job) -> str | None:
+        """The worker cluster Kueue's MultiKueue runs a job in: its Workload's
+        `status.clusterName` here in the manager. None when none is recorded (not admitted
+        yet, or requeued), when Kueue is not installed, or when this account may not read
+        Workloads: the answer is a hint, never worth failing a command for."""
+        kube = await self.kube()
+        try:
+            items, _ = await kube.list(_WORKLOADS, job.namespace)
+        except ApiError:
+            return None
+        for workload in items:
+            cluster = (workload.get("status") or {}).get("clusterName")
+            if owned_by(workload, job) and cluster:
+                return str(cluster)
+        return None
+
+    async def elsewhere(self, job: Job) -> str:
+        """Why a job managed by another controller has no pod here, and where they are."""
+        where = await self.worker_cluster(job)
+        place = (f"in the worker cluster {where!r} (its Workload's status.clusterName)" if where
+                 else "in a worker cluster (none is named on its Workload yet)")
+        return (f"{job.kind} {job.name} is managed by {job.spec.manager()}: its pods run "
+                f"{place}, not in this cluster, which holds only the job and its copied "
+                f"status; read the logs there: trainjobs logs {job.name} -n {job.namespace} "
+                f"--kubeconfig <that cluster's kubeconfig>")
 
     # -- helpers ------------------------------------------------------------------------
 

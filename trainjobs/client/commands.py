@@ -109,6 +109,11 @@ async def _status(client: AsyncClient, args: argparse.Namespace) -> int:
         print(f"  managed by {manager} (spec.managedBy): this cluster's operator leaves it "
               "alone" + (": Kueue's MultiKueue runs it in a worker cluster and copies that "
                          "copy's status here" if manager == MANAGED_BY_MULTIKUEUE else ""))
+        if not pods:
+            where = await client.worker_cluster(job)
+            print(f"  runs in worker cluster {where} (its Workload's status.clusterName); "
+                  "its pods, events and logs are there" if where else
+                  "  no worker cluster named on its Workload yet; its pods will run there")
     message = finish_message(job)
     if message:
         print(f"  {message}")

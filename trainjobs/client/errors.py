@@ -22,6 +22,7 @@ __all__ = [
     "JobNotFound",
     "LogsUnavailable",
     "NeverReached",
+    "PodsElsewhere",
     "WaitTimeout",
 ]
 
@@ -45,6 +46,11 @@ class AmbiguousJob(ClientError):
 class LogsUnavailable(ClientError):
     """The cluster cannot serve the pod's log (no kubelet behind the node, as with KWOK, or
     the container has not started)."""
+
+
+class PodsElsewhere(LogsUnavailable):
+    """The job is managed by another controller (Kueue's MultiKueue): its pods run in a worker
+    cluster, not in this one; the message names the worker when the Workload does."""
 
 
 class _JobError(ClientError):
