@@ -743,14 +743,20 @@ def test_gang_scheduling_grants_the_schedulers_podgroups(helm_offline: Helm, sch
     assert yaml.safe_load(one(docs, "ConfigMap")["data"]["controller-config.yaml"]) == config
 
 
+#: What kueue.enabled adds to the operator's (Cluster)Role: operator/admission.py's calls.
+WORKLOAD_GRANTS = ({("kueue.x-k8s.io", "workloads", v, "")
+                    for v in ("list", "watch", "create", "patch", "delete")}
+                   | {("kueue.x-k8s.io", "workloads/status", "patch", "")})
+#: A MultiKueue manager's values (docs/multikueue.md, "The chart in a manager cluster").
+MANAGER_VALUES = {"kueue": {"enabled": True}, "multiKueue": {"manager": True}}
+
+
 def test_kueue_grants_exactly_what_the_admission_calls(helm_offline: Helm) -> None:
     """kueue.enabled: the Workloads the operator creates, patches (and their status) and
     deletes, in the namespaces it watches; the cluster-scoped reads its caches list and watch
     (operator/admission.py), bound cluster-wide also when it watches given namespaces; and the
     queue-name policy."""
-    workloads = ({("kueue.x-k8s.io", "workloads", v, "")
-                  for v in ("list", "watch", "create", "patch", "delete")}
-                 | {("kueue.x-k8s.io", "workloads/status", "patch", "")})
+    workloads = WORKLOAD_GRANTS
     reads = {(g, r, v, "") for g, r in (("kueue.x-k8s.io", "resourceflavors"),
                                         ("kueue.x-k8s.io", "workloadpriorityclasses"),
                                         ("scheduling.k8s.io", "priorityclasses"))
@@ -767,6 +773,106 @@ def test_kueue_grants_exactly_what_the_admission_calls(helm_offline: Helm) -> No
     assert "rel-trainjobs-kueue-queue-name" in policies
     off = helm_offline.template("rel", "ops", {})
     assert not any("kueue" in d["metadata"]["name"] for d in off)
+
+
+def test_multikueue_manager_render(helm_offline: Helm) -> None:
+    """multiKueue.manager: the operator gets --multikueue-manager; its Role reads pods,
+    Services and Deployments but may create or delete none (a manager runs no job), the rest
+    as with kueue.enabled; the manager policy and its binding are rendered. Off by default."""
+    docs = helm_offline.template("rel", "ops", MANAGER_VALUES)
+    assert "--multikueue-manager" in operator_container(docs)["args"]
+    writes = ({("", r, v, "") for r in ("pods", "services") for v in ("create", "delete")}
+              | {("apps", "deployments", "create", "")})
+    roles = {d["metadata"]["name"]: rbac_grants(d["rules"]) for d in by_kind(docs, "ClusterRole")}
+    assert roles["rel-trainjobs"] == (OPERATOR_GRANTS - writes) | WORKLOAD_GRANTS
+    policies = [(d["kind"], d["metadata"]["name"]) for d in docs
+                if d["kind"].startswith("ValidatingAdmissionPolicy")
+                and "multikueue" in d["metadata"]["name"]]
+    assert policies == [("ValidatingAdmissionPolicy", "rel-trainjobs-multikueue-manager"),
+                        ("ValidatingAdmissionPolicyBinding", "rel-trainjobs-multikueue-manager")]
+    gang = helm_offline.template("rel", "ops", {**MANAGER_VALUES, "controllerConfig": {
+        "gangScheduling": {"scheduler": "volcano"}}})
+    role = next(d for d in by_kind(gang, "ClusterRole") if d["metadata"]["name"] == "rel-trainjobs")
+    podgroups = {g for g in rbac_grants(role["rules"]) if g[1] == "podgroups"}
+    assert podgroups == {("scheduling.volcano.sh", "podgroups", v, "") for v in ("list", "watch")}
+    default = helm_offline.template("rel", "ops", {"kueue": {"enabled": True}})
+    assert "--multikueue-manager" not in operator_container(default)["args"]
+    assert not any("multikueue" in d["metadata"]["name"] for d in default)
+
+
+def test_multikueue_manager_on_the_api_server(
+        helm: Helm, kube_cluster: ControlPlane, kueue: Kueue, kube_namespace: str,
+        tmp_path: Path) -> None:
+    """The manager mode installed: the API server refuses a job not managed by MultiKueue, or
+    without a queue, naming what to set; the operator, as the chart's ServiceAccount with the
+    Deployment's arguments, creates the Workload of a job managed by MultiKueue, creates no pod
+    and is refused nothing (run_operator fails on any 403)."""
+    name, ns = unique("tjm"), unique("helm-mgr")
+    flavor = unique("hm")
+    create_namespace(kube_cluster, ns, RESTRICTED)
+    create_resource_flavor(kube_cluster, flavor)
+    create_cluster_queue(kube_cluster, flavor, quotas={flavor: {"cpu": "4"}})
+    create_local_queue(kube_cluster, kube_namespace, "queue", flavor)
+
+    def tfjob(job: str, managed: bool, queue: bool) -> dict[str, Any]:
+        manifest = job_manifest("TfJob", job, {"Worker": replica(
+            "tensorflow", exit_code="0", resources={"requests": {"cpu": "1"}})})
+        if managed:
+            manifest["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+        if queue:
+            manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "queue"}
+        return manifest
+
+    def create(manifest: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return kube_cluster.kubectl("create", "-n", kube_namespace, "-f", "-",
+                                    input=json.dumps(manifest), check=False)
+
+    try:
+        helm("install", name, str(CHART), f"--namespace={ns}", "--wait", "--timeout=120s",
+             *values_args(helm.home, {**MANAGER_VALUES, **KWOK_TEST_POD}))
+        tries = iter(range(1000))
+
+        def refusal() -> subprocess.CompletedProcess[str] | None:
+            # A new name each try: one created before the policy loaded stays.
+            result = create(tfjob(f"local-{next(tries)}", managed=False, queue=True))
+            return result if result.returncode != 0 else None
+
+        refused = wait_for(refusal, "the manager policy to refuse a local job", timeout=30)
+        assert ("this is a MultiKueue manager cluster: no job runs here, Kueue dispatches each "
+                "to a worker cluster; set spec.managedBy to kueue.x-k8s.io/multikueue (it is "
+                "unset)") in refused.stderr, refused.stderr
+        unqueued = create(tfjob("unqueued", managed=True, queue=False))
+        assert unqueued.returncode != 0
+        assert "a job needs the kueue.x-k8s.io/queue-name label" in unqueued.stderr, unqueued
+        for early in range(next(tries)):  # accepted before the policy loaded, if any
+            kube_cluster.kubectl("delete", "-n", kube_namespace, "tfjob", f"local-{early}",
+                                 "--ignore-not-found", "--wait=false", check=False)
+        assert create(tfjob("remote", managed=True, queue=True)).returncode == 0
+        uid = get_json(kube_cluster, "tfjob", "remote", "-n", kube_namespace)["metadata"]["uid"]
+        with run_operator(kube_cluster, name, ns, f"{name}-trainjobs", tmp_path) as operator:
+            wait_for(lambda: workloads_owned_by(kube_cluster, kube_namespace, uid),
+                     "the operator to create the job's Workload", timeout=60)
+            wait_for(lambda: "is managed by kueue.x-k8s.io/multikueue" in operator.log_text(),
+                     "the operator to say it leaves the job alone", timeout=30)
+            time.sleep(3)  # a pod created on admission would show by now
+            pods = get_json(kube_cluster, "pods", "-n", kube_namespace)["items"]
+            assert pods == [], [p["metadata"]["name"] for p in pods]
+            assert operator.readyz()
+            # Deleted, the job's Workload goes too (the operator releases Kueue's finalizer).
+            kube_cluster.kubectl("-n", kube_namespace, "delete", "tfjob", "remote",
+                                 "--wait=true", timeout=60)
+            wait_for(lambda: not workloads_owned_by(kube_cluster, kube_namespace, uid),
+                     "the deleted job's Workload to go", timeout=60)
+    finally:
+        kube_cluster.kubectl("-n", kube_namespace, "delete", "tfjobs", "--all",
+                             "--wait=true", check=False, timeout=60)
+        helm("uninstall", name, f"--namespace={ns}", "--wait", "--timeout=60s", check=False)
+        kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        kube_cluster.kubectl("-n", kube_namespace, "delete", "localqueue", "queue",
+                             "--ignore-not-found", check=False)
+        for kind in ("clusterqueue", "resourceflavor"):
+            kube_cluster.kubectl("delete", kind, flavor, "--ignore-not-found", "--wait=true",
+                                 check=False, timeout=60)
 
 
 # -- server-side dry run of the rendered manifests -------------------------------------------
@@ -1156,6 +1262,7 @@ def test_uninstall_removes_everything(helm: Helm, kube_cluster: ControlPlane) ->
             {"podDisruptionBudget": {"enabled": True, "minAvailable": 1}},
             "set only one of minAvailable and maxUnavailable",
         ),
+        ({"multiKueue": {"manager": True}}, "multiKueue.manager needs kueue.enabled=true"),
     ],
     ids=[
         "replicas-string",
@@ -1169,6 +1276,7 @@ def test_uninstall_removes_everything(helm: Helm, kube_cluster: ControlPlane) ->
         "config-key",
         "lease-timing",
         "pdb-both",
+        "manager-without-kueue",
     ],
 )
 def test_invalid_values_are_refused_with_a_clear_message(

@@ -130,3 +130,25 @@ async def test_the_operator_leaves_another_controllers_job_alone(
         h.submit("mine")
         await h.reconcile("mine")
         assert sorted(h.pod_names()) == ["mine-chief-0", "mine-worker-0", "mine-worker-1"]
+
+
+async def test_a_multikueue_manager_runs_no_job_of_its_own(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """--multikueue-manager: a job without managedBy (which the chart's policy would have
+    refused) gets no pod, Service or status write, and one warning saying what to set."""
+    caplog.set_level(logging.INFO, logger="trainjobs.operator.controller")
+    async with running_controller(status_coalesce_seconds=0.0, multikueue_manager=True) as h:
+        h.submit()
+        await h.reconcile("tf")
+        await h.reconcile("tf")
+        assert h.pod_names() == []
+        writes = [(c.verb, c.kind) for c in h.kube.calls if c.verb != "GET"]
+        assert writes == [], writes
+        assert h.status("tf") == {}
+        lines = [(r.levelname, r.getMessage()) for r in caplog.records
+                 if "MultiKueue manager" in r.getMessage()]
+        assert lines == [("WARNING", f"TfJob/{NS}/tf is not managed by {MANAGED_BY_MULTIKUEUE}: "
+                          "this operator runs no job in a MultiKueue manager cluster "
+                          "(--multikueue-manager); delete it and create it again with "
+                          f"spec.managedBy: {MANAGED_BY_MULTIKUEUE} and a "
+                          "kueue.x-k8s.io/queue-name label")]

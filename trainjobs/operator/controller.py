@@ -52,6 +52,7 @@ from trainjobs.kube import (
     job_resource,
 )
 from trainjobs.kube.informer import Informer, Key
+from trainjobs.kueue.constants import LABEL_QUEUE_NAME
 from trainjobs.operator import metrics
 from trainjobs.operator.admission import (
     WATCHES_CLUSTER_WIDE,
@@ -98,6 +99,10 @@ class ControllerSettings:
     # Most replicas one job may have in all (--max-replicas-per-job); at most the CRDs' own.
     max_replicas_per_job: int = DEFAULT_MAX_REPLICAS_PER_JOB
     planner: PlannerSettings = field(default_factory=PlannerSettings)
+    # A MultiKueue manager cluster (--multikueue-manager): no job runs here; only MultiKueue's
+    # jobs get their Workload. Why: a job created here without managedBy would run in the
+    # manager, whose nodes are not meant for training (docs/multikueue.md).
+    multikueue_manager: bool = False
 
 
 class NameConflict(Exception):
@@ -348,6 +353,15 @@ class Controller:
         entry = mem.entry
         manager = job_manager(entry.raw.get("spec"))
         elsewhere = manager != MANAGED_BY_OPERATOR
+        if not elsewhere and self.settings.multikueue_manager:
+            if not mem.managed_elsewhere:
+                mem.managed_elsewhere = True
+                log.warning("%s is not managed by %s: this operator runs no job in a "
+                            "MultiKueue manager cluster (--multikueue-manager); delete it and "
+                            "create it again with spec.managedBy: %s and a %s label",
+                            key, MANAGED_BY_MULTIKUEUE, MANAGED_BY_MULTIKUEUE,
+                            LABEL_QUEUE_NAME)
+            return
         if elsewhere:
             # Another controller's job (spec.managedBy, immutable): no pod, Service, PodGroup
             # or status write, whatever its spec says (issue 26). Said once per job. Only

@@ -54,6 +54,11 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ready-api-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="/readyz answers 503 once the API server has not answered for this "
                         "long (default 10; 0: never for that reason)")
+    p.add_argument("--multikueue-manager", action="store_true",
+                   help="this cluster is a Kueue MultiKueue manager: run no job here, only "
+                        "create and finish the Workloads of jobs managed by "
+                        "kueue.x-k8s.io/multikueue (a job of this operator's is left alone, "
+                        "with one log line; docs/multikueue.md)")
     p.add_argument("--gc-thaw-interval", type=float, default=3600.0, metavar="SECONDS",
                    help="the garbage collector's full walks skip what survived the last one, "
                         "except one walk of everything per interval (default 3600; 0: "

@@ -83,7 +83,8 @@ def build_settings(args: argparse.Namespace, plugins: PluginManager) -> Operator
         controller=ControllerSettings(
             namespaces=tuple(args.namespace), concurrency=args.concurrency,
             status_coalesce_seconds=args.status_coalesce,
-            max_replicas_per_job=args.max_replicas_per_job, controller_config=config),
+            max_replicas_per_job=args.max_replicas_per_job, controller_config=config,
+            multikueue_manager=args.multikueue_manager),
         http=HttpSettings(host or "0.0.0.0", int(port), args.ready_api_timeout),
         lease=lease if args.leader_elect else None,
         kubeconfig=args.kubeconfig, request_timeout=args.request_timeout,

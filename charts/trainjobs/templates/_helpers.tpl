@@ -123,12 +123,22 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
   resources: ["tfjobs/finalizers", "mxjobs/finalizers"]
   verbs: ["update"]
 {{- end }}
+{{- if .Values.multiKueue.manager }}
+{{- /* A MultiKueue manager runs no job: it watches what jobs own, never creates or deletes. */}}
+- apiGroups: [""]
+  resources: ["pods", "services"]
+  verbs: ["list", "watch", "get"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "watch", "get"]
+{{- else }}
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["list", "watch", "get", "create", "delete"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["list", "watch", "get", "create"]
+{{- end }}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
@@ -141,14 +151,15 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
   verbs: ["patch"]
 {{- end }}
 {{- $gang := (.Values.controllerConfig.gangScheduling | default dict).scheduler | default "none" }}
+{{- $podgroups := ternary (list "list" "watch") (list "list" "watch" "create" "delete") .Values.multiKueue.manager }}
 {{- if eq $gang "coscheduling" }}
 - apiGroups: ["scheduling.x-k8s.io"]
   resources: ["podgroups"]
-  verbs: ["list", "watch", "create", "delete"]
+  verbs: {{ toJson $podgroups }}
 {{- else if eq $gang "volcano" }}
 - apiGroups: ["scheduling.volcano.sh"]
   resources: ["podgroups"]
-  verbs: ["list", "watch", "create", "delete"]
+  verbs: {{ toJson $podgroups }}
 {{- end }}
 {{- end }}
 
@@ -160,6 +171,9 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
 {{- end }}
 {{- if not (lt (float64 $le.retryPeriod) (float64 $le.renewDeadline)) }}
 {{- fail (printf "leaderElection.retryPeriod (%v) must be less than leaderElection.renewDeadline (%v)" $le.retryPeriod $le.renewDeadline) }}
+{{- end }}
+{{- if and .Values.multiKueue.manager (not .Values.kueue.enabled) }}
+{{- fail "multiKueue.manager needs kueue.enabled=true: in a MultiKueue manager the operator's only work is the Kueue Workloads of jobs managed by kueue.x-k8s.io/multikueue" }}
 {{- end }}
 {{- $pdb := .Values.podDisruptionBudget }}
 {{- if and $pdb.enabled (not (kindIs "invalid" $pdb.minAvailable)) (not (kindIs "invalid" $pdb.maxUnavailable)) }}
