@@ -11,6 +11,9 @@ that worker's operator on the prebuilt Workload, its status copied back to the m
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,7 +222,9 @@ def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
     try:
         for name, ops in operators.items():
             (tmp_path / name).mkdir()
-            ops.start(name=f"operator-{name}")
+            # The manager's as the chart's multiKueue.manager runs it: it runs no job there.
+            ops.start(*(["--multikueue-manager"] if name == "manager" else []),
+                      name=f"operator-{name}")
         manifest = job("MxJob", "mx", {
             "Scheduler": replica("MxJob", resources={"requests": {"cpu": "100m"}}),
             "Server": replica("MxJob", resources={"requests": {"cpu": "100m"}}),
@@ -278,6 +283,18 @@ def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
                           if any(p["status"].get("phase") == "Running"
                                  for p in _mx_pods(plane, ns, "mx2"))), None),
             "mx2's pods to run in a worker", timeout=120)
+        # What the user sees in the manager while it runs (issue 26.4): who manages it and
+        # where it runs, and logs that point to the worker instead of coming back empty.
+        status = _cli(manager, "status", "mx2", "-n", ns)
+        assert status.returncode == 0, status.stderr
+        assert (f"  runs in worker cluster {running} (its Workload's status.clusterName); "
+                "its pods, events and logs are there") in status.stdout.splitlines(), status
+        logs = _cli(manager, "logs", "mx2", "-n", ns)
+        assert logs.returncode == 5, (logs.stdout, logs.stderr)
+        assert logs.stderr.startswith(
+            "error: MxJob mx2 is managed by kueue.x-k8s.io/multikueue: its pods run in the "
+            f"worker cluster '{running}' (its Workload's status.clusterName), not in this "
+            "cluster"), logs.stderr
         manager.kubectl("delete", "mxjobs.trainjobs.io", "mx2", "-n", ns, "--wait=false")
         wait_for(lambda: get(multi_cluster.workers[running], ns, "mxjobs.trainjobs.io",
                              "mx2") is None,
@@ -293,6 +310,14 @@ def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
                   for e in op.problems()]
     assert not problems, problems
     assert not errors, errors
+
+
+def _cli(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    """`trainjobs ARGS` against ``plane``, as a user runs it."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    return subprocess.run([sys.executable, "-m", "trainjobs.cli", *args,
+                           "--kubeconfig", str(plane.kubeconfig)],
+                          capture_output=True, text=True, timeout=90, env=env)
 
 
 def _mx_pods(plane: ControlPlane, namespace: str, name: str = "mx") -> list[dict[str, Any]]:
