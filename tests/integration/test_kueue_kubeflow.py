@@ -168,6 +168,19 @@ def _placed(queue: Queue, pod: dict[str, Any]) -> None:
     assert spec.get("nodeName") in queue.nodes, spec.get("nodeName")
 
 
+def _from_template(pod: dict[str, Any], template: dict[str, Any]) -> None:
+    """Everything the (Kueue-edited) template holds of labels, annotations, nodeSelector and
+    tolerations is on the pod."""
+    meta, spec = template.get("metadata") or {}, template.get("spec") or {}
+    for key, have in (("labels", pod["metadata"].get("labels") or {}),
+                      ("annotations", pod["metadata"].get("annotations") or {}),
+                      ("nodeSelector", pod["spec"].get("nodeSelector") or {})):
+        want = (meta if key != "nodeSelector" else spec).get(key) or {}
+        assert want.items() <= have.items(), (key, want, have)
+    for toleration in spec.get("tolerations") or []:
+        assert toleration in pod["spec"].get("tolerations", []), (toleration, pod["spec"])
+
+
 def _running_pod(queue: Queue, name: str) -> dict[str, Any]:
     pods: list[dict[str, Any]] = wait_for(
         lambda: [p for p in queue.ns.pods(name) if p["status"].get("phase") == "Running"
@@ -204,8 +217,9 @@ def test_kueue_admits_evicts_and_readmits_an_unchanged_kubeflow_tfjob(queue: Que
     assert [s["metadata"]["name"] for s in ns.services("low")] == ["low-worker-0"]
     job = queue.get("low")
     assert job["spec"]["runPolicy"]["suspend"] is False
-    assert job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] == {
-        "pool": queue.flavor}  # Kueue's RunWithPodSetsInfo edited the template
+    template = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+    assert template["spec"]["nodeSelector"] == {"pool": queue.flavor}  # Kueue's edit
+    _from_template(pod, template)
     assert first["replicaStatuses"]["Worker"]["active"] == 1
 
     high = queue.create("high", cpu="3", priority=queue.high)
@@ -249,7 +263,8 @@ def test_kueue_admits_evicts_and_readmits_an_unchanged_kubeflow_tfjob(queue: Que
     again = queue.wait_true("low", "Running", timeout=90)
     pod2 = _running_pod(queue, "low")
     assert pod2["metadata"]["uid"] != pod["metadata"]["uid"]
-    _placed(queue, pod2)  # the template Kueue wrote on re-admission
+    _placed(queue, pod2)
+    _from_template(pod2, queue.get("low")["spec"]["tfReplicaSpecs"]["Worker"]["template"])
     resumed = condition(again, "Suspended")
     assert resumed is not None and (resumed["status"], resumed["reason"], resumed["message"]) \
         == ("False", "TFJobResumed", "TFJob low is resumed."), resumed
