@@ -340,47 +340,66 @@ class Namespace:
 
 
 @contextlib.contextmanager
-def watch_statuses(ns: Namespace, kind: str, name: str) -> Iterator[list[dict[str, Any]]]:
-    """Every version of the job the API server sends to a watch while the block runs; yields
-    the list it fills with the statuses (one per version, the job's creation included).
+def watch_objects(ns: Namespace, path: str, query: dict[str, str]
+                  ) -> Iterator[list[dict[str, Any]]]:
+    """Every version of the objects of the collection `path` that `query` selects, as a
+    watch delivers them while the block runs (those listed before it first); the list it
+    yields is filled when the block ends.
 
     The watch starts at the resourceVersion of a list made before the block runs, and ends
-    once it has delivered the version the job has when the block ends: it misses nothing the
-    block does however late kubectl connects or however slowly the events come (a sleep
-    "until the watch is established" is a guess on a loaded machine)."""
-    selector = f"metadata.name={name}"
-    listed = ns.get_path(ns.job_path(kind), {"fieldSelector": selector})
-    query = urllib.parse.urlencode({"watch": "1", "fieldSelector": selector,
+    once it has delivered the version every selected object has when the block ends: it
+    misses nothing the block does however late kubectl connects or however slowly the events
+    come (a sleep "until the watch is established" is a guess on a loaded machine)."""
+    listed = ns.get_path(path, query)
+    watch = urllib.parse.urlencode({**query, "watch": "1",
                                     "resourceVersion": listed["metadata"]["resourceVersion"]})
     proc = subprocess.Popen(
         [str(ns.plane.bin_dir / "kubectl"), f"--kubeconfig={ns.plane.kubeconfig}",
-         "get", "--raw", f"{ns.job_path(kind)}?{query}"],
+         "get", "--raw", f"{path}?{watch}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     events: list[dict[str, Any]] = []
     reader = threading.Thread(target=lambda: events.extend(
         json.loads(line) for line in proc.stdout or () if line.strip()), daemon=True)
     reader.start()
-    statuses: list[dict[str, Any]] = [item.get("status") or {} for item in listed["items"]]
+    objects: list[dict[str, Any]] = list(listed["items"])
+
+    def version(obj: dict[str, Any]) -> tuple[str, int]:
+        return obj["metadata"]["uid"], int(obj["metadata"]["resourceVersion"])
+
+    def delivered(now: dict[str, int]) -> bool:
+        seen = dict(version(o) for o in objects)
+        for event in list(events):
+            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                uid, rv = version(event["object"])
+                seen[uid] = max(seen.get(uid, 0), rv)
+        return all(seen.get(uid, 0) >= rv for uid, rv in now.items())
+
     try:
-        yield statuses
-        last = ns.job(kind, name)
-        if last is not None:
-            version = int(last["metadata"]["resourceVersion"])
-            wait_for(lambda: any(int(e["object"]["metadata"].get("resourceVersion", 0))
-                                 >= version for e in list(events) if e.get("type") != "ERROR"),
-                     lambda: f"the watch to deliver {kind} {name} version {version}: "
-                     f"{[e.get('type') for e in events]}", timeout=30)
+        yield objects
+        now = dict(version(o) for o in ns.get_path(path, query)["items"])
+        wait_for(lambda: delivered(now), lambda: f"the watch of {path} to deliver {now}; "
+                 f"it delivered {len(events)} events", timeout=30)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
         reader.join(timeout=10)
     errors = [e for e in events if e.get("type") == "ERROR"]
-    assert not errors, f"the watch of {kind} {name} failed: {errors}"
-    statuses.extend(e["object"].get("status") or {} for e in events
-                    if e.get("type") in ("ADDED", "MODIFIED"))
-    assert statuses or err == "", f"kubectl get --raw (watch): {err}"
+    assert not errors, f"the watch of {path} failed: {errors}"
+    objects.extend(e["object"] for e in events if e.get("type") in ("ADDED", "MODIFIED"))
+    assert objects or err == "", f"kubectl get --raw (watch): {err}"
+
+
+@contextlib.contextmanager
+def watch_statuses(ns: Namespace, kind: str, name: str) -> Iterator[list[dict[str, Any]]]:
+    """Every version of the job a watch delivers while the block runs (`watch_objects`);
+    yields the list it fills with their statuses when the block ends."""
+    statuses: list[dict[str, Any]] = []
+    with watch_objects(ns, ns.job_path(kind), {"fieldSelector": f"metadata.name={name}"}
+                       ) as versions:
+        yield statuses
+    statuses.extend(v.get("status") or {} for v in versions)
 
 
 # -- the operator process --------------------------------------------------------------------
