@@ -224,7 +224,12 @@ def test_kueue_admits_evicts_and_readmits_an_unchanged_kubeflow_tfjob(queue: Que
 
     high = queue.create("high", cpu="3", priority=queue.high)
     suspended = queue.wait_true("low", "Suspended")
-    assert queue.get("low")["spec"]["runPolicy"]["suspend"] is True  # by Kueue
+    evicted_job = queue.get("low")
+    assert evicted_job["spec"]["runPolicy"]["suspend"] is True  # by Kueue
+    # ... which restored the template as written (RestorePodSetsInfo) in the same patch: the
+    # flavor comes back on re-admission only if the operator reads the template again.
+    assert "pool" not in (evicted_job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+                          .get("nodeSelector") or {}), evicted_job["spec"]
     wait_for(lambda: not ns.pods("low") and not ns.services("low"),
              lambda: f"the preempted TFJob's pods and Services to go: "
              f"{ns.pod_summary('low')}", timeout=30)
