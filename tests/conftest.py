@@ -6,7 +6,9 @@ The long chaos scenarios (tests/chaos, marker ``chaos``) took 28 minutes here: `
 (``pytest tests``) collects them and deselects them on purpose - the summary line says
 "N deselected" - while their small versions run; ``make chaos`` runs them with ``--chaos``.
 The operator image's proof (tests/image, marker ``image``: build, unpack, run in a chroot)
-takes minutes too; ``make image`` runs it with ``--image``.
+takes minutes too; ``make image`` runs it with ``--image``. MultiKueue's lost-worker scenario
+(marker ``worker_loss``: three clusters of its own, minutes) runs in ``make multikueue``
+(``--worker-loss``).
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--image", action="store_true", default=False,
                      help="also build the operator image and prove it (marker image; "
                           "`make image`, a few minutes)")
+    parser.addoption("--worker-loss", action="store_true", default=False,
+                     help="also run MultiKueue's lost-worker scenario (marker worker_loss; "
+                          "`make multikueue`, its own three clusters, minutes)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for marker in ("chaos", "image"):
-        if config.getoption(f"--{marker}"):
+    for marker, option in (("chaos", "--chaos"), ("image", "--image"),
+                           ("worker_loss", "--worker-loss")):
+        if config.getoption(option):
             continue
         long = [item for item in items if item.get_closest_marker(marker) is not None]
         if long:

@@ -516,6 +516,12 @@ class ControlPlane:
         self.kill(component, sig)
         if down > 0:
             time.sleep(down)
+        return self.recover(component, timeout)
+
+    def recover(self, component: str, timeout: float = 60.0) -> list[str]:
+        """Start ``component``, stopped by :meth:`kill`, again and heal the rest as
+        :meth:`restart` does (for an outage whose end a test decides while it watches, e.g. a
+        MultiKueue worker's API server lost mid-run). Returns the names of the healed."""
         self.start_component(component, timeout)
         healed: list[str] = []
         if component in ("kube-apiserver", "etcd"):
