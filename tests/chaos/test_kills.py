@@ -71,12 +71,15 @@ def test_a_failed_pod_whose_removal_stalls_is_deleted_again(chaos_env: ChaosEnv)
     chaos_env.operators.start("--log-level", "info")
     ns.apply(job("MxJob", "held", {
         "Scheduler": replica("MxJob"), "Server": replica("MxJob"),
-        "Worker": replica("MxJob", exit_code=137, run="4s", restart_policy="ExitCode")},
+        "Worker": replica("MxJob", restart_policy="ExitCode")},
         runPolicy={"backoffLimit": 1}))
     worker = "held-worker-0"
     first = wait_for(lambda: ns.pod(worker), "the Worker pod")
     ns.kubectl("patch", "pod", worker, "--type=merge",
                "-p", json.dumps({"metadata": {"finalizers": [HOLD]}}))
+    # Ended by the test once the finalizer holds it (not after a fixed run: on a loaded
+    # machine the operator could delete the Failed pod before the patch above lands).
+    ns.end_pod(worker, 137)
     def deleting() -> dict[str, Any] | None:
         pod = ns.pod(worker)
         return pod if pod is not None and "deletionTimestamp" in pod["metadata"] else None
@@ -107,6 +110,7 @@ def test_a_failed_pod_whose_removal_stalls_is_deleted_again(chaos_env: ChaosEnv)
         return pod is not None and pod["metadata"]["uid"] != first["metadata"]["uid"]
 
     wait_for(recreated, "the Worker created again", timeout=30)
+    ns.end_pod(worker, 137)  # its second failure exceeds backoffLimit 1
     status = ns.wait_finished("MxJob", "held", timeout=60)
     assert status["state"] == "Failed", status
     failed = condition(status, "Failed")
