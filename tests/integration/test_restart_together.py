@@ -101,7 +101,10 @@ def test_no_shard_of_the_next_attempt_while_one_of_the_last_still_runs(
     one of its peers takes its time to terminate: the next attempt starts only after it."""
     ns = bare_ns
     with FaultProxy(kube_cluster, log=tmp_path / "fault-proxy.log") as proxy:
-        proxy.delay("POST", "slow-worker-2", 5.0)  # every create of shard 2 is slow
+        # Shard 2's first create is held at the proxy until shard 0 has failed (was: delayed
+        # 5 s, and shards 0 and 1 had to run within 4.5 s: a race on a loaded machine); every
+        # later create of shard 2 is slow.
+        proxy.hold("POST", "slow-worker-2")
         operators.start("--kubeconfig", str(proxy.kubeconfig(tmp_path / "proxy.kubeconfig")))
         ns.create(shards_job("slow", 3))
 
@@ -110,11 +113,14 @@ def test_no_shard_of_the_next_attempt_while_one_of_the_last_still_runs(
             return phases == {"slow-worker-0": "Running", "slow-worker-1": "Running"}
 
         wait_for(first_two_running, lambda: f"shards 0 and 1 running before shard 2 is "
-                 f"created, have {ns.pod_summary('slow')}", timeout=4.5)
+                 f"created, have {ns.pod_summary('slow')}", timeout=60)
+        wait_for(lambda: "slow-worker-2" in proxy.held(), "shard 2's create at the proxy")
         set_finalizer(ns, "slow-worker-1", True)
         try:
             ns.end_pod("slow-worker-0", exit_code=137)  # shard 2 is still being created
             assert ns.pod("slow-worker-2") is None, "the failure came after the creates"
+            proxy.delay("POST", "slow-worker-2", 5.0)
+            proxy.release("slow-worker-2")  # attempt 0's create lands late
 
             def terminating() -> bool:
                 pod = ns.pod("slow-worker-1")
@@ -145,7 +151,8 @@ def test_no_shard_of_the_next_attempt_while_one_of_the_last_still_runs(
         assert {env_of(p, "caffe2")["RUN_ID"] for p in pods} == {f"{uid}-1"}
         status = ns.status("Caffe2Job", "slow")
         assert status["attempt"] == 1 and status["replicaStatuses"]["Worker"]["restarts"] == 1
-        assert proxy.snapshot()["delayed POST"] >= 2, proxy.snapshot()
+        faults = proxy.snapshot()
+        assert faults["held POST"] >= 1 and faults["delayed POST"] >= 1, faults
 
 
 def test_an_attempt_whose_creates_an_operator_restart_cut_off_is_replaced(
