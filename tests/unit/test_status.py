@@ -54,7 +54,7 @@ def test_failing_a_job_outright_leaves_one_exclusive_condition_true() -> None:
     assert running.status == "False" and running.last_transition_time == now
     assert out.completion_time == now and out.start_time == w.status.start_time
     assert out.observed_generation == 3
-    assert state_of([c.to_api() for c in out.conditions]) == "Failed"
+    assert state_of(out.conditions) == "Failed"
 
 
 def test_finished_is_read_from_the_state_or_the_conditions() -> None:

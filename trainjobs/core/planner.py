@@ -22,6 +22,8 @@ from trainjobs.api.models import (
     ConditionType,
     Job,
     JobStatus,
+    OwnedObjectStatus,
+    ReplicaStatus,
     RestartPolicy,
 )
 from trainjobs.core.admission import Admission, PodSetConflict, merge_into_pod
@@ -38,9 +40,9 @@ from trainjobs.core.status import (
     EXCLUSIVE_CONDITIONS,
     current_condition,
     is_finished,
-    iso,
     set_exclusive,
     state_of,
+    whole_seconds,
 )
 from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 
@@ -146,13 +148,57 @@ def retryable(policy: RestartPolicy, pod: ObservedPod) -> bool:
 
 
 @dataclass
+class _Status:
+    """The status one pass builds: typed, in place, and made a `JobStatus` once, at the end
+    (`built`); the backend serialises it when it writes it. Timestamps are whole seconds in
+    UTC, as the API keeps them, so that a pass that changes nothing yields an equal status."""
+
+    conditions: list[Condition]
+    replica_statuses: dict[str, ReplicaStatus]
+    replica_summary: str
+    start_time: datetime | None
+    completion_time: datetime | None
+    counted_failures: list[str]
+    attempt: int
+    owned_objects: list[OwnedObjectStatus] | None  # reported by plugins: kept as it is
+
+    @classmethod
+    def of(cls, status: JobStatus) -> _Status:
+        return cls(conditions=list(status.conditions),
+                   replica_statuses=dict(status.replica_statuses),
+                   replica_summary=status.replica_summary,
+                   start_time=_whole(status.start_time),
+                   completion_time=_whole(status.completion_time),
+                   counted_failures=list(status.counted_failures), attempt=status.attempt,
+                   owned_objects=status.owned_objects or None)
+
+    def built(self, old: JobStatus, generation: int | None) -> JobStatus:
+        """The status to report: `old` itself when nothing changed (the backend writes
+        nothing then)."""
+        new = JobStatus(state=state_of(self.conditions), replica_summary=self.replica_summary,
+                        conditions=self.conditions, replica_statuses=self.replica_statuses,
+                        start_time=self.start_time, completion_time=self.completion_time,
+                        observed_generation=generation or None,
+                        counted_failures=self.counted_failures, attempt=self.attempt,
+                        owned_objects=self.owned_objects)
+        return old if new == old else new
+
+
+_NO_REPLICAS = ReplicaStatus()
+
+
+def _whole(value: datetime | None) -> datetime | None:
+    return None if value is None else whole_seconds(value)
+
+
+@dataclass
 class _State:
     """Working state of one planning pass."""
 
     job: Job
     now: datetime
     plan: Plan
-    status: dict[str, Any]
+    status: _Status
     failure: tuple[str, str] | None = None  # (reason, message)
     restarting: bool = False
     disrupted: bool = False
@@ -217,7 +263,7 @@ def _decide(
     pods, services, extras, owed = inputs.pods, inputs.services, inputs.extras, inputs.owed
     admission = inputs.admission
     old = job.status
-    state = _State(job, now, Plan(), _status_dict(old), lost_causes=inputs.lost_causes,
+    state = _State(job, now, Plan(), _Status.of(old), lost_causes=inputs.lost_causes,
                    create_refused=inputs.create_refused, suspend_style=suspend_style)
     for key in job.spec.replica_specs:
         rstatus = old.replica_statuses.get(key)
@@ -245,12 +291,12 @@ def _decide(
         state.plan.events.append(Event("Normal", reason, "resumed: recreating pods"))
         # The clock starts again (training-operator's resume sets startTime to now; a
         # batch-style suspension cleared it already).
-        state.status["startTime"] = iso(now)
+        state.status.start_time = whole_seconds(now)
 
     by_name = {p.name: p for p in pods}
     spec_types = {k.lower(): k for k in job.spec.replica_specs}
-    if state.status.get("startTime") is None:
-        state.status["startTime"] = iso(now)
+    if state.status.start_time is None:
+        state.status.start_time = whole_seconds(now)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
 
@@ -281,7 +327,7 @@ def _decide(
     if state.attempt is not None and state.attempt != old.attempt:
         # `desired` was rendered for the attempt that just ended: create nothing from it.
         state.plan.create_pods.clear()
-        state.status["attempt"] = state.attempt
+        state.status.attempt = state.attempt
         state.plan.events.append(Event("Normal", "RestartingTogether", f"replicas of "
                                        f"{job.kind} restart together: starting attempt "
                                        f"{state.attempt} with every replica"))
@@ -307,7 +353,7 @@ def _decide(
                          f"{total_restarts} restarts exceed backoffLimit {backoff_limit}"
                          + _last_failure_note(pods, spec_types))
     deadline = job.spec.run_policy.active_deadline_seconds
-    started = _parse(state.status.get("startTime"))
+    started = state.status.start_time
     if state.failure is None and deadline is not None and started is not None:
         ends = _after(started, deadline)
         if now >= ends:
@@ -316,7 +362,7 @@ def _decide(
         else:
             _requeue(state.plan, (ends - now).total_seconds())
 
-    state.status["countedFailures"] = sorted(new_counted | state.lost_uids)
+    state.status.counted_failures = sorted(new_counted | state.lost_uids)
     done = state.failure is None and succeeded(outcomes)
     finished = state.failure is not None or done
     if finished:
@@ -332,7 +378,7 @@ def _decide(
         state.plan.delete_pods = [n for n in state.plan.delete_pods if n not in desired.pods]
         state.plan.events = [e for e in state.plan.events if e.reason not in
                              ("ReplicaRestarting", "ReplicaLost", "RestartingTogether")]
-        state.status["attempt"] = old.attempt
+        state.status.attempt = old.attempt
     if state.failure is not None:
         _conclude(state, ConditionType.FAILED, *state.failure)
         state.plan.events.append(Event("Warning", state.failure[0], state.failure[1]))
@@ -351,8 +397,8 @@ def _decide(
     else:
         _progress(state, outcomes)
     if finished:
-        state.status["replicaSummary"] = _summary(job, state.status["replicaStatuses"],
-                                                  finished=True)
+        state.status.replica_summary = _summary(job, state.status.replica_statuses,
+                                                finished=True)
     state.plan.status = _build_status(state, old)
     return state.plan
 
@@ -390,17 +436,16 @@ def _reason_of(status: JobStatus, ctype: ConditionType) -> str:
 
 
 def _running_summary(state: _State) -> str:
-    statuses = state.status["replicaStatuses"]
-    return ", ".join(f"{k} {statuses.get(k, {}).get('running', 0)}/{r.replicas} running"
+    statuses = state.status.replica_statuses
+    return ", ".join(f"{k} {statuses.get(k, _NO_REPLICAS).running}/{r.replicas} running"
                      for k, r in state.job.spec.replica_specs.items())
 
 
 def _waiting_note(state: _State) -> str:
     """"; Worker waits: Unschedulable: ..." for the first type whose pending replicas say why."""
-    for key, rstatus in state.status["replicaStatuses"].items():
-        why = rstatus.get("pendingReason")
-        if why:
-            return f"; {key} waits: {why}"
+    for key, rstatus in state.status.replica_statuses.items():
+        if rstatus.pending_reason:
+            return f"; {key} waits: {rstatus.pending_reason}"
     return ""
 
 
@@ -424,15 +469,18 @@ def _rescale(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -
 def _created_reason(state: _State) -> None:
     """While a quota refuses the job's pods, Created says so (reason QuotaExceeded, True: the
     job is accepted and waits, as Kueue-style tools read it); then it says JobCreated again."""
-    for cond in state.status["conditions"]:
-        if cond["type"] != ConditionType.CREATED.value:
+    conditions = state.status.conditions
+    for i, cond in enumerate(conditions):
+        if cond.type is not ConditionType.CREATED:
             continue
         reason, _, message = state.create_refused.partition(": ")
-        if state.create_refused and (cond["reason"], cond["message"]) != (reason, message):
-            cond.update(reason=reason, message=message)  # still True: no transition
-        elif not state.create_refused and cond["reason"] != "JobCreated":
-            cond.update(reason="JobCreated", message=f"{state.job.kind} {state.job.name} is "
-                        "created")
+        if state.create_refused and (cond.reason, cond.message) != (reason, message):
+            # (still True: no transition)
+            conditions[i] = cond.model_copy(update={"reason": reason, "message": message})
+        elif not state.create_refused and cond.reason != "JobCreated":
+            conditions[i] = cond.model_copy(update={
+                "reason": "JobCreated", "message": f"{state.job.kind} {state.job.name} is "
+                "created"})
 
 
 def _forget_indexes(state: _State) -> None:
@@ -784,7 +832,7 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[s
     startTime (training-operator resets it on resume)."""
     job = state.job
     if restart_together and current_condition(job.status) is not ConditionType.SUSPENDED:
-        state.status["attempt"] = job.status.attempt + 1
+        state.status.attempt = job.status.attempt + 1
     _stop_replicas(state, pods, services, extras, settings)
     reason, message = _suspend_words(state, "Suspended", "JobSuspended",
                                      f"{job.kind} {job.name} is suspended")
@@ -792,9 +840,10 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[s
         state.plan.events.append(Event("Normal", reason, "suspended: pods deleted"))
     if state.suspend_style == "kubeflow" and current_condition(job.status) is \
             ConditionType.RUNNING:
-        for cond in state.status["conditions"]:
-            if cond["type"] == ConditionType.RUNNING.value:
-                cond.update(reason=reason, message=message)
+        conds = state.status.conditions
+        for i, cond in enumerate(conds):
+            if cond.type is ConditionType.RUNNING:
+                conds[i] = cond.model_copy(update={"reason": reason, "message": message})
     return _idle(state, pods, ConditionType.SUSPENDED, reason, message,
                  keep_start=state.suspend_style == "kubeflow")
 
@@ -809,7 +858,7 @@ def _queue(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[str
     job = state.job
     live = [p for p in pods if not p.deleting]
     if restart_together and live:
-        state.status["attempt"] = job.status.attempt + 1  # the rendezvous is stale
+        state.status.attempt = job.status.attempt + 1  # the rendezvous is stale
     _stop_replicas(state, pods, services, extras, settings)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
@@ -850,7 +899,7 @@ def _idle(state: _State, pods: Sequence[ObservedPod], ctype: ConditionType, reas
     keeps it until the resume)."""
     _set_exclusive(state, ctype, reason, message)
     if not keep_start:
-        state.status["startTime"] = None
+        state.status.start_time = None
     _refresh_active(state, pods, suspended=True)
     state.plan.status = _build_status(state, state.job.status)
     return state.plan
@@ -882,32 +931,33 @@ def _refresh_active(state: _State, pods: Sequence[ObservedPod], suspended: bool 
     """Only the pod counts move once a job is finished or suspended (a suspended job's pods
     all go: no index stays started)."""
     deleted = set(state.plan.delete_pods)
-    statuses: dict[str, dict[str, Any]] = {}
+    statuses: dict[str, ReplicaStatus] = {}
     for t, s in state.job.status.replica_statuses.items():
         mine = [p for p in pods if p.active and p.name not in deleted
                 and p.replica_type_lower == t.lower()]
         running = sum(1 for p in mine if p.phase is PodPhase.RUNNING)
-        statuses[t] = {**s.to_api(), "active": len(mine), "running": running,
-                       "pending": len(mine) - running}
+        update: dict[str, Any] = {"active": len(mine), "running": running,
+                                  "pending": len(mine) - running}
         if suspended:
-            statuses[t].pop("startedIndexes", None)
-            statuses[t].pop("pendingReason", None)
-    state.status["replicaStatuses"] = statuses
-    state.status["replicaSummary"] = _summary(state.job, statuses,
-                                              finished=is_finished(state.job.status))
+            update.update(started_indexes="", pending_reason="")
+        statuses[t] = s.model_copy(update=update)
+    state.status.replica_statuses = statuses
+    state.status.replica_summary = _summary(state.job, statuses,
+                                            finished=is_finished(state.job.status))
 
 
-def _summary(job: Job, statuses: Mapping[str, Mapping[str, Any]], finished: bool) -> str:
+def _summary(job: Job, statuses: Mapping[str, ReplicaStatus], finished: bool) -> str:
     """The Replicas column: running/desired per type while the job runs ("Worker 1/4"); once
     it has finished, what its replicas did ("Chief 1 succeeded, PS stopped, Worker 4
     succeeded"), so that a finished job's pods being gone does not read like a failure."""
     if not finished:
-        return ", ".join(f"{k} {statuses.get(k, {}).get('running', 0)}/{r.replicas}"
+        return ", ".join(f"{k} {statuses.get(k, _NO_REPLICAS).running}/{r.replicas}"
                          for k, r in job.spec.replica_specs.items())
     parts = []
     for k in job.spec.replica_specs:
-        done = [f"{n} {what}" for what in ("succeeded", "failed")
-                if (n := int(statuses.get(k, {}).get(what, 0)))]
+        s = statuses.get(k, _NO_REPLICAS)
+        done = [f"{n} {what}" for what, n in (("succeeded", s.succeeded), ("failed", s.failed))
+                if n]
         parts.append(f"{k} {', '.join(done)}" if done else f"{k} stopped")
     return ", ".join(parts)
 
@@ -952,7 +1002,7 @@ def _replica_statuses(
     spec_types: Mapping[str, str],
 ) -> None:
     old = state.job.status.replica_statuses
-    statuses: dict[str, dict[str, Any]] = {}
+    statuses: dict[str, ReplicaStatus] = {}
     for key in state.job.spec.replica_specs:
         mine = [p for p in pods if spec_types.get(p.replica_type_lower) == key]
         phases = [o.phase for o in outcomes if o.replica.type == key]
@@ -964,26 +1014,26 @@ def _replica_statuses(
         before = old.get(key)
         lost = (before.lost if before else 0) + state.lost.get(key, 0)
         total, recreated = restarts[key]
-        statuses[key] = {
-            "active": running + pending,
-            "running": running,
-            "pending": pending,
-            "pendingReason": _pending_reason(p for p in mine if p.phase is PodPhase.PENDING
-                                             and not p.deleting) or
+        statuses[key] = ReplicaStatus(
+            active=running + pending,
+            running=running,
+            pending=pending,
+            pending_reason=_pending_reason(p for p in mine if p.phase is PodPhase.PENDING
+                                           and not p.deleting) or
             (state.create_refused if missing else "") if pending else "",
-            "succeeded": phases.count(ReplicaPhase.SUCCEEDED),
-            "failed": sum(1 for p in mine if p.phase is PodPhase.FAILED and not p.disrupted),
-            "restarts": total,
+            succeeded=phases.count(ReplicaPhase.SUCCEEDED),
+            failed=sum(1 for p in mine if p.phase is PodPhase.FAILED and not p.disrupted),
+            restarts=total,
             # Failure recreations (bookkeeping of _restarts) plus the lost replicas.
-            "recreations": recreated + lost,
-            "lost": lost,
-            "lastLostReason": state.lost_reason.get(key) or
+            recreations=recreated + lost,
+            lost=lost,
+            last_lost_reason=state.lost_reason.get(key) or
             (before.last_lost_reason if before else ""),
-            "startedIndexes": format_indexes(state.started[key]),
-            "completedIndexes": format_indexes(state.completed[key]),
-        }
-    state.status["replicaStatuses"] = statuses
-    state.status["replicaSummary"] = _summary(state.job, statuses, finished=False)
+            started_indexes=format_indexes(state.started[key]),
+            completed_indexes=format_indexes(state.completed[key]),
+        )
+    state.status.replica_statuses = statuses
+    state.status.replica_summary = _summary(state.job, statuses, finished=False)
 
 
 def _pending_reason(pods: Iterable[ObservedPod]) -> str:
@@ -1005,44 +1055,31 @@ def _restart_totals(status: JobStatus) -> dict[str, int]:
 
 # Conditions -------------------------------------------------------------------------------
 
-def _status_dict(status: JobStatus) -> dict[str, Any]:
-    return {
-        "conditions": [c.to_api() for c in status.conditions],
-        "startTime": iso(status.start_time),
-        "completionTime": iso(status.completion_time),
-        "replicaStatuses": {t: s.to_api() for t, s in status.replica_statuses.items()},
-        "replicaSummary": status.replica_summary,
-        "countedFailures": list(status.counted_failures),
-        "attempt": status.attempt,
-        # Reported by plugins (the backend sets it); kept as it is here.
-        "ownedObjects": [o.to_api() for o in status.owned_objects]
-        if status.owned_objects else None,
-    }
-
-
 def _ensure_condition(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
-    conds = state.status["conditions"]
-    if not any(c["type"] == ctype.value for c in conds):
-        conds.append({"type": ctype.value, "status": "True", "reason": reason,
-                      "message": message, "lastTransitionTime": iso(state.now)})
+    conds = state.status.conditions
+    if not any(c.type is ctype for c in conds):
+        conds.append(Condition(type=ctype, status="True", reason=reason, message=message,
+                               last_transition_time=whole_seconds(state.now)))
 
 
 def _set_exclusive(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
     """Make `ctype` the one True exclusive condition, keeping the others' history as False."""
-    set_exclusive(state.status["conditions"], ctype, reason, message, state.now)
+    set_exclusive(state.status.conditions, ctype, reason, message, state.now)
 
 
 def _clear_exclusive(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
     """Set `ctype` False (e.g. Suspended on resume) without making another one True."""
-    for cond in state.status["conditions"]:
-        if cond["type"] == ctype.value and cond["status"] == "True":
-            cond.update(status="False", reason=reason, message=message,
-                        lastTransitionTime=iso(state.now))
+    conds = state.status.conditions
+    for i, cond in enumerate(conds):
+        if cond.type is ctype and cond.status == "True":
+            conds[i] = cond.model_copy(update={
+                "status": "False", "reason": reason, "message": message,
+                "last_transition_time": whole_seconds(state.now)})
 
 
 def _conclude(state: _State, ctype: ConditionType, reason: str, message: str) -> None:
     _set_exclusive(state, ctype, reason, message)
-    state.status["completionTime"] = iso(state.now)
+    state.status.completion_time = whole_seconds(state.now)
 
 
 def _after(start: datetime, seconds: int) -> datetime:
@@ -1060,16 +1097,7 @@ def _requeue(plan_: Plan, seconds: float) -> None:
 
 
 def _build_status(state: _State, old: JobStatus) -> JobStatus:
-    raw = dict(state.status)
-    raw["observedGeneration"] = state.job.metadata.generation or None
-    raw["state"] = state_of(raw["conditions"])
-    raw = {k: v for k, v in raw.items() if v is not None}
-    new = JobStatus.model_validate(raw)
-    return old if new == old else new
-
-
-def _parse(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    return state.status.built(old, state.job.metadata.generation)
 
 
 def conditions_true(status: JobStatus) -> list[Condition]:

@@ -5,14 +5,13 @@ Why one module: the planner, both backends (the operator and `trainjobs run`) an
 all ask these questions; answered in several places, the answers drift (a client that waits
 for "Succeeded" or "Failed" while the operator adds a third finished state, a failure written
 by hand that leaves two exclusive conditions True). Pure functions on the typed status (and
-on the planner's working form of the conditions), no I/O.
+on the planner's working list of conditions), no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
 
 from trainjobs.api.models import Condition, ConditionType, JobStatus
 from trainjobs.core.indexes import parse_indexes
@@ -24,11 +23,11 @@ __all__ = [
     "current_condition",
     "failed",
     "is_finished",
-    "iso",
     "must_write_now",
     "replicas_forgotten",
     "set_exclusive",
     "state_of",
+    "whole_seconds",
 ]
 
 #: At most one of these is True at a time; it is the job's `state`.
@@ -59,32 +58,36 @@ def current_condition(status: JobStatus) -> ConditionType | None:
     return None
 
 
-def state_of(conditions: Iterable[Mapping[str, Any]]) -> str:
-    """The `state` that conditions (in their API form) give: the True exclusive one, else
-    "Created" once the job has any condition, else ""."""
+def state_of(conditions: Iterable[Condition]) -> str:
+    """The `state` that conditions give: the True exclusive one, else "Created" once the job
+    has any condition, else ""."""
     conds = list(conditions)
-    current = next((str(c["type"]) for c in conds
-                    if c["type"] in _EXCLUSIVE_VALUES and c["status"] == "True"), None)
+    current = next((c.type.value for c in conds
+                    if c.type in EXCLUSIVE_CONDITIONS and c.status == "True"), None)
     return current or ("Created" if conds else "")
 
 
-def set_exclusive(conditions: list[dict[str, Any]], ctype: ConditionType, reason: str,
+def set_exclusive(conditions: list[Condition], ctype: ConditionType, reason: str,
                   message: str, now: datetime) -> None:
-    """Make `ctype` the one True exclusive condition (in place, API form), keeping the
-    others' history as False."""
-    when = iso(now)
-    for cond in conditions:
-        if cond["type"] in _EXCLUSIVE_VALUES and cond["type"] != ctype.value and \
-                cond["status"] == "True":
-            cond.update(status="False", lastTransitionTime=when)
-    for cond in conditions:
-        if cond["type"] == ctype.value:
-            if cond["status"] != "True":
-                cond.update(status="True", lastTransitionTime=when)
-            cond.update(reason=reason, message=message)
+    """Make `ctype` the one True exclusive condition (replacing items of `conditions`),
+    keeping the others' history as False."""
+    when = whole_seconds(now)
+    for i, cond in enumerate(conditions):
+        if cond.type in EXCLUSIVE_CONDITIONS and cond.type is not ctype and \
+                cond.status == "True":
+            conditions[i] = cond.model_copy(update={"status": "False",
+                                                    "last_transition_time": when})
+    for i, cond in enumerate(conditions):
+        if cond.type is ctype:
+            if cond.status != "True":
+                conditions[i] = cond.model_copy(update={
+                    "status": "True", "last_transition_time": when, "reason": reason,
+                    "message": message})
+            elif (cond.reason, cond.message) != (reason, message):
+                conditions[i] = cond.model_copy(update={"reason": reason, "message": message})
             return
-    conditions.append({"type": ctype.value, "status": "True", "reason": reason,
-                       "message": message, "lastTransitionTime": when})
+    conditions.append(Condition(type=ctype, status="True", reason=reason, message=message,
+                                last_transition_time=when))
 
 
 def failed(status: JobStatus, reason: str, message: str, now: datetime,
@@ -92,13 +95,12 @@ def failed(status: JobStatus, reason: str, message: str, now: datetime,
     """`status` with the job failed outright, for a reason the planner could not see (the
     API server refused what the job asks for, a name another object holds, an invalid spec):
     Failed the one True exclusive condition, completionTime now."""
-    now = now.replace(microsecond=0)
-    conditions = [c.to_api() for c in status.conditions]
+    now = whole_seconds(now)
+    conditions = list(status.conditions)
     set_exclusive(conditions, ConditionType.FAILED, reason, message[:2000], now)
     return status.model_copy(update={
         "state": ConditionType.FAILED.value, "completion_time": now,
-        "start_time": status.start_time or now,
-        "conditions": [Condition.model_validate(c) for c in conditions],
+        "start_time": status.start_time or now, "conditions": conditions,
         "observed_generation": generation or status.observed_generation})
 
 
@@ -131,8 +133,7 @@ def replicas_forgotten(old: JobStatus, new: JobStatus) -> bool:
     return False
 
 
-def iso(value: datetime | None) -> str | None:
-    """A status timestamp as the API writes it: UTC, whole seconds, "Z"."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+def whole_seconds(value: datetime) -> datetime:
+    """A status timestamp as the API keeps it: UTC, whole seconds."""
+    return value.astimezone(UTC).replace(microsecond=0)
+
