@@ -85,3 +85,18 @@ def test_finished_and_suspended_jobs_delete_a_half_deleted_pod_again_too() -> No
         w.set("mx-scheduler-0", delete_due=w.now)
         w.advance(w.settings.unfinished_delete.total_seconds())
         assert "mx-scheduler-0" in w.plan().delete_pods, finish
+
+
+def test_a_scaled_down_replica_half_deleted_is_deleted_again_too() -> None:
+    """The running path's pods that are no longer desired go through the same sweep as the
+    others: a scale-down whose DELETE was cut off does not leave that pod stored for good."""
+    w = running_world(mx_doc(workers=2))
+    w.graceful = True  # what the scale-down deletes stays, `deleting`
+    w.respec(mx_doc(workers=1))
+    w.step()
+    assert w.pods["mx-worker-1"].deleting
+    w.set("mx-worker-1", delete_due=w.now)
+    early = w.plan()
+    assert "mx-worker-1" not in early.delete_pods and early.requeue_after is not None
+    w.advance(w.settings.unfinished_delete.total_seconds())
+    assert "mx-worker-1" in w.plan().delete_pods

@@ -220,6 +220,11 @@ class _State:
     # Pods recreated because the replica counts changed (their environment lists every peer).
     rescaled: list[str] = field(default_factory=list)
     create_refused: str = ""
+    # Failed or lost pods already counted (by uid, durable in countedFailures), those counted
+    # as of this pass, and the failure recreations per replica type (see `_restarts`).
+    counted: frozenset[str] = frozenset()
+    counting: set[str] = field(default_factory=set)
+    recreations: dict[str, int] = field(default_factory=dict)
 
 
 def plan(
@@ -258,27 +263,45 @@ def _decide(
     restart_together: bool,
     suspend_style: str = "batch",
 ) -> Plan:
-    """The plan, as if every create the backend is asked for could be made now."""
-    now = inputs.now or datetime.now(UTC)
-    pods, services, extras, owed = inputs.pods, inputs.services, inputs.extras, inputs.owed
-    admission = inputs.admission
+    """The plan, as if every create the backend is asked for could be made now: one of four
+    paths (finished, suspended, queued, running) fills it, and its status is built once."""
     old = job.status
-    state = _State(job, now, Plan(), _Status.of(old), lost_causes=inputs.lost_causes,
-                   create_refused=inputs.create_refused, suspend_style=suspend_style)
+    if job.metadata.deletion_timestamp is not None:
+        return Plan(status=old)
+    state = _State(job, inputs.now or datetime.now(UTC), Plan(), _Status.of(old),
+                   lost_causes=inputs.lost_causes, create_refused=inputs.create_refused,
+                   suspend_style=suspend_style,
+                   counted=frozenset(old.counted_failures),
+                   recreations=_restart_totals(old))
     for key in job.spec.replica_specs:
         rstatus = old.replica_statuses.get(key)
         state.started[key] = parse_indexes(rstatus.started_indexes) if rstatus else set()
         state.completed[key] = parse_indexes(rstatus.completed_indexes) if rstatus else set()
         state.lost[key] = 0
-    if job.metadata.deletion_timestamp is not None:
-        state.plan.status = old
-        return state.plan
     if is_finished(old):
-        return _finish(state, desired, pods, services, extras, settings)
-    if job.spec.run_policy.suspend:
-        return _suspend(state, pods, services, extras, restart_together, settings)
-    if admission is not None and not admission.admitted:
-        return _queue(state, pods, services, extras, admission, restart_together, settings)
+        _finish(state, inputs, settings)
+    elif job.spec.run_policy.suspend:
+        _suspend(state, inputs, restart_together, settings)
+    elif inputs.admission is not None and not inputs.admission.admitted:
+        _queue(state, inputs, inputs.admission, restart_together, settings)
+    else:
+        _run(state, desired, inputs, succeeded, settings, restart_together)
+    state.plan.status = state.status.built(old, job.metadata.generation)
+    return state.plan
+
+
+def _run(
+    state: _State,
+    desired: RenderedJob,
+    inputs: PlanInputs,
+    succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
+    settings: PlannerSettings,
+    restart_together: bool,
+) -> None:
+    """A job that may run: create what is missing, count failures and losses, end it when
+    its kind's success rule, a failure, backoffLimit or the deadline says so."""
+    job, now, old, pods = state.job, state.now, state.job.status, inputs.pods
+    admission = inputs.admission
     if current_condition(old) is ConditionType.QUEUED:
         _clear_exclusive(state, ConditionType.QUEUED, "Admitted", "admitted by Kueue"
                          + (f" (ClusterQueue {admission.cluster_queue})"
@@ -301,11 +324,8 @@ def _decide(
                       f"{job.kind} {job.name} is created")
 
     outcomes: list[ReplicaOutcome] = []
-    counted = set(old.counted_failures)
-    new_counted: set[str] = set()
-    restarts_now = _restart_totals(old)
     if restart_together:
-        _next_attempt(state, desired, pods, owed)
+        _next_attempt(state, desired, pods, inputs.owed)
         if state.attempt != old.attempt:
             _forget_indexes(state)  # a new attempt runs every replica again
     _rescale(state, desired, pods)
@@ -317,8 +337,7 @@ def _decide(
             outcomes.append(_restart_with_attempt(state, replica, pod))
             continue
         outcomes.append(_outcome(state, replica, pod, policy,
-                                 functools.partial(desired.pods.__getitem__, name), counted,
-                                 new_counted, restarts_now, settings))
+                                 functools.partial(desired.pods.__getitem__, name), settings))
     if restart_together and state.plan.create_pods and _earlier_alive(state, desired, pods):
         # The barrier between attempts: none of this attempt's pods while one of an earlier
         # attempt still runs (or holds a name), so that all start from one later decision.
@@ -334,18 +353,16 @@ def _decide(
     if admission is not None:
         _admitted(state, desired, admission)
     # Pods whose replica no longer exists (scaled down, or a type removed): delete them.
-    for pod in pods:
-        if pod.name not in desired.pods and not pod.deleting:
-            state.plan.delete_pods.append(pod.name)
+    _sweep(state, pods, settings, lambda pod: pod.name not in desired.pods)
     for name in desired.services:
-        if name not in services:
+        if name not in inputs.services:
             state.plan.create_services.append(desired.services[name])
-    state.plan.delete_services.extend(sorted(services - set(desired.services)))
+    state.plan.delete_services.extend(sorted(inputs.services - set(desired.services)))
     for obj in desired.extras:
-        if f"{obj['kind']}/{obj['metadata']['name']}" not in extras:
+        if f"{obj['kind']}/{obj['metadata']['name']}" not in inputs.extras:
             state.plan.create_extras.append(obj)
 
-    restarts = _restarts(state, pods, restarts_now, new_counted, spec_types)
+    restarts = _restarts(state, pods, spec_types)
     total_restarts = sum(r for r, _ in restarts.values())
     backoff_limit = job.spec.run_policy.backoff_limit
     if state.failure is None and total_restarts > backoff_limit:
@@ -362,7 +379,7 @@ def _decide(
         else:
             _requeue(state.plan, (ends - now).total_seconds())
 
-    state.status.counted_failures = sorted(new_counted | state.lost_uids)
+    state.status.counted_failures = sorted(state.counting | state.lost_uids)
     done = state.failure is None and succeeded(outcomes)
     finished = state.failure is not None or done
     if finished:
@@ -399,8 +416,6 @@ def _decide(
     if finished:
         state.status.replica_summary = _summary(job, state.status.replica_statuses,
                                                 finished=True)
-    state.plan.status = _build_status(state, old)
-    return state.plan
 
 
 def _progress(state: _State, outcomes: Sequence[ReplicaOutcome]) -> None:
@@ -540,7 +555,7 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
     # A started shard whose pod went without a failure (preempted, evicted, deleted by
     # someone else) breaks the group as surely: counted as lost, then a new attempt.
     by_name = {p.name: p for p in pods}
-    counted = set(state.job.status.counted_failures)
+    counted = state.counted
     for name, replica in desired.replicas.items():
         seen = by_name.get(name)
         hint = _hint(state, name)
@@ -620,12 +635,11 @@ def _outcome(
     pod: ObservedPod | None,
     policy: RestartPolicy,
     manifest: Callable[[], dict[str, Any]],
-    counted: set[str],
-    new_counted: set[str],
-    restarts: dict[str, int],
     settings: PlannerSettings,
 ) -> ReplicaOutcome:
-    started = state.started[replica.type]
+    """What one replica is doing (its pod `pod`, None when it has none); what to do about
+    it goes into `state`. A pod being deleted is `_sweep`'s."""
+    started, counted = state.started[replica.type], state.counted
     if pod is None:
         if replica.index in state.completed[replica.type]:
             return ReplicaOutcome(replica, ReplicaPhase.SUCCEEDED, 0)  # never run again
@@ -639,9 +653,8 @@ def _outcome(
         state.plan.create_pods.append(body)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING)
     if pod.deleting:
-        _finish_unfinished_delete(state, pod, settings)
         if pod.uid in counted:
-            new_counted.add(pod.uid)  # counted as lost while it terminates: once
+            state.counting.add(pod.uid)  # counted as lost while it terminates: once
         elif replica.index in started and pod.name not in state.rescaled:
             _lost(state, replica, pod.name, pod.disruption or "its pod is being deleted by "
                   "someone other than the operator", pod.uid)
@@ -654,7 +667,7 @@ def _outcome(
         return ReplicaOutcome(replica, ReplicaPhase.SUCCEEDED, pod.exit_code)
     if pod.phase is PodPhase.FAILED:
         started.discard(replica.index)
-        return _failed(state, replica, pod, policy, counted, new_counted, restarts)
+        return _failed(state, replica, pod, policy)
     if pod.phase is PodPhase.RUNNING:
         started.add(replica.index)
     if pod.waiting_reason in UNRUNNABLE_REASONS and pod.created is not None and \
@@ -686,10 +699,8 @@ def _failed(
     replica: Replica,
     pod: ObservedPod,
     policy: RestartPolicy,
-    counted: set[str],
-    new_counted: set[str],
-    restarts: dict[str, int],
 ) -> ReplicaOutcome:
+    counted = state.counted
     code = "unknown" if pod.exit_code is None else str(pod.exit_code)
     what = (f"replica {replica.type} {replica.index} (pod {pod.name}) failed with exit code "
             f"{code}" + (f" ({pod.reason})" if pod.reason else ""))
@@ -698,7 +709,7 @@ def _failed(
         if pod.uid not in counted:
             _lost(state, replica, pod.name, f"{what}: {pod.disruption or 'taken by the cluster'}",
                   reason=loss_reason(pod.disruption or pod.reason))
-        new_counted.add(pod.uid)
+        state.counting.add(pod.uid)
         state.disrupted = True
         state.plan.delete_pods.append(pod.name)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
@@ -710,10 +721,11 @@ def _failed(
     # Retryable: count it once (by pod uid, so a repeated pass never counts it twice), then
     # delete the pod; the next pass recreates it under the same name.
     if pod.uid not in counted:
-        restarts[replica.type] = restarts.get(replica.type, 0) + 1 + pod.restarts
+        state.recreations[replica.type] = state.recreations.get(replica.type, 0) + 1 + \
+            pod.restarts
         state.plan.events.append(Event("Warning", "ReplicaRestarting",
                                        f"{what}; restarting it"))
-    new_counted.add(pod.uid)
+    state.counting.add(pod.uid)
     state.restarting = True
     state.plan.delete_pods.append(pod.name)
     return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
@@ -755,33 +767,21 @@ def _elastic_running(job: Job, outcomes: Sequence[ReplicaOutcome]) -> str | None
     return None
 
 
-def _finish(
-    state: _State,
-    desired: RenderedJob,
-    pods: Sequence[ObservedPod],
-    services: AbstractSet[str],
-    extras: AbstractSet[str],
-    settings: PlannerSettings,
-) -> Plan:
+def _finish(state: _State, inputs: PlanInputs, settings: PlannerSettings) -> None:
     """A finished job: apply cleanPodPolicy, then the TTL. Nothing is ever created again."""
-    job, plan_ = state.job, state.plan
+    job, plan_, pods = state.job, state.plan, inputs.pods
     policy = job.spec.run_policy.clean_pod_policy
-    for pod in pods:
-        if pod.deleting:
-            _finish_unfinished_delete(state, pod, settings)
-            continue
-        if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and pod.active):
-            plan_.delete_pods.append(pod.name)
+    _sweep(state, pods, settings, lambda pod: policy is CleanPodPolicy.ALL or
+           (policy is CleanPodPolicy.RUNNING and pod.active))
     if policy is not CleanPodPolicy.NONE:
         # A replica's Service goes with its pod, and so does one whose pod is already going or
         # gone (its first delete failed, or someone else deleted the pod): a finished job's
         # Service without a pod serves nothing, and this pass may be the last one.
         kept = {p.name for p in pods if not p.deleting} - set(plan_.delete_pods)
-        plan_.delete_services.extend(sorted(services - kept))
+        plan_.delete_services.extend(sorted(inputs.services - kept))
         # Pods a plugin added for the replicas (a managed Redis) serve them until they end and
         # run forever otherwise: like running replicas, they go when the job has finished.
-        plan_.delete_pods.extend(_extra_pods(extras, pods, plan_.delete_pods))
-        plan_.delete_extras.extend(_with_replicas(extras, settings))
+        _without_replicas(state, pods, inputs.extras, settings)
     ttl = job.spec.run_policy.ttl_seconds_after_finished
     completed = job.status.completion_time
     if ttl is not None and completed is not None:
@@ -793,8 +793,27 @@ def _finish(
         else:
             plan_.requeue_after = (expires - state.now).total_seconds()
     _refresh_active(state, pods)
-    plan_.status = _build_status(state, job.status)
-    return plan_
+
+
+def _sweep(state: _State, pods: Sequence[ObservedPod], settings: PlannerSettings,
+           goes: Callable[[ObservedPod], bool]) -> None:
+    """The one pass over the job's pods for what every path deletes: a pod whose deletion
+    was cut off half-way is deleted again (`_finish_unfinished_delete`), any other pod being
+    deleted is left to go, and a pod that is not is deleted when `goes(pod)` (a scaled-down
+    replica, cleanPodPolicy, a suspended or queued job)."""
+    for pod in pods:
+        if pod.deleting:
+            _finish_unfinished_delete(state, pod, settings)
+        elif goes(pod):
+            state.plan.delete_pods.append(pod.name)
+
+
+def _without_replicas(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
+                      settings: PlannerSettings) -> None:
+    """The replicas are going: so do the pods plugins added for them (a managed Redis) and
+    the objects that exist only with them (a PodGroup)."""
+    state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
+    state.plan.delete_extras.extend(_with_replicas(extras, settings))
 
 
 def _extra_pods(extras: AbstractSet[str], pods: Sequence[ObservedPod],
@@ -821,9 +840,8 @@ def _suspend_words(state: _State, what: str, reason: str, message: str) -> tuple
     return f"{job.kind}{what}", f"{job.kind} {job.name} is {what.lower()}."
 
 
-def _suspend(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[str],
-             extras: AbstractSet[str], restart_together: bool,
-             settings: PlannerSettings) -> Plan:
+def _suspend(state: _State, inputs: PlanInputs, restart_together: bool,
+             settings: PlannerSettings) -> None:
     """A suspended job runs nothing: its pods and Services go, whatever cleanPodPolicy says
     (as training-operator's suspend), and the pods plugins added for them and the objects
     that exist only with the replicas (all come back when the job resumes). Replicas that
@@ -833,7 +851,7 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[s
     job = state.job
     if restart_together and current_condition(job.status) is not ConditionType.SUSPENDED:
         state.status.attempt = job.status.attempt + 1
-    _stop_replicas(state, pods, services, extras, settings)
+    _stop_replicas(state, inputs, settings)
     reason, message = _suspend_words(state, "Suspended", "JobSuspended",
                                      f"{job.kind} {job.name} is suspended")
     if current_condition(job.status) is not ConditionType.SUSPENDED:
@@ -844,22 +862,21 @@ def _suspend(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[s
         for i, cond in enumerate(conds):
             if cond.type is ConditionType.RUNNING:
                 conds[i] = cond.model_copy(update={"reason": reason, "message": message})
-    return _idle(state, pods, ConditionType.SUSPENDED, reason, message,
-                 keep_start=state.suspend_style == "kubeflow")
+    _idle(state, inputs.pods, ConditionType.SUSPENDED, reason, message,
+          keep_start=state.suspend_style == "kubeflow")
 
 
-def _queue(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[str],
-           extras: AbstractSet[str], admission: Admission, restart_together: bool,
-           settings: PlannerSettings) -> Plan:
+def _queue(state: _State, inputs: PlanInputs, admission: Admission, restart_together: bool,
+           settings: PlannerSettings) -> None:
     """Kueue has not admitted the job (or evicted it): as suspended, no replica exists (its
     pods, Services and the objects that exist only with them go, none is created, no restart
     or loss is counted, backoffLimit is untouched), and the Queued condition says why in
     Kueue's words; an eviction says by what. It runs again, as a resume, when admitted."""
     job = state.job
-    live = [p for p in pods if not p.deleting]
+    live = [p for p in inputs.pods if not p.deleting]
     if restart_together and live:
         state.status.attempt = job.status.attempt + 1  # the rendezvous is stale
-    _stop_replicas(state, pods, services, extras, settings)
+    _stop_replicas(state, inputs, settings)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
     eviction = admission.eviction
@@ -872,27 +889,19 @@ def _queue(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[str
     else:
         reason = admission.reason or "Queued"
         message = admission.message or "waiting for Kueue to admit the job"
-    return _idle(state, pods, ConditionType.QUEUED, reason, message)
+    _idle(state, inputs.pods, ConditionType.QUEUED, reason, message)
 
 
-def _stop_replicas(state: _State, pods: Sequence[ObservedPod], services: AbstractSet[str],
-                   extras: AbstractSet[str], settings: PlannerSettings) -> None:
-    """No replica may run now (suspended, or not admitted): its pods go (one whose deletion
-    was cut off half-way is deleted again), its Services, the pods plugins added for them
-    and the objects that exist only with the replicas; all come back when the job may run
-    again."""
-    for pod in pods:
-        if pod.deleting:
-            _finish_unfinished_delete(state, pod, settings)
-        else:
-            state.plan.delete_pods.append(pod.name)
-    state.plan.delete_services.extend(sorted(services))
-    state.plan.delete_pods.extend(_extra_pods(extras, pods, state.plan.delete_pods))
-    state.plan.delete_extras.extend(_with_replicas(extras, settings))
+def _stop_replicas(state: _State, inputs: PlanInputs, settings: PlannerSettings) -> None:
+    """No replica may run now (suspended, or not admitted): every pod and Service goes, and
+    so does what goes with the replicas; all come back when the job may run again."""
+    _sweep(state, inputs.pods, settings, lambda pod: True)
+    state.plan.delete_services.extend(sorted(inputs.services))
+    _without_replicas(state, inputs.pods, inputs.extras, settings)
 
 
 def _idle(state: _State, pods: Sequence[ObservedPod], ctype: ConditionType, reason: str,
-          message: str, keep_start: bool = False) -> Plan:
+          message: str, keep_start: bool = False) -> None:
     """The plan of a job that runs nothing now (suspended or queued): `ctype` its exclusive
     condition, no index started, and the deadline clock restarts when it runs again (like
     batch/v1 Jobs, startTime is cleared meanwhile, unless `keep_start`: training-operator
@@ -901,8 +910,6 @@ def _idle(state: _State, pods: Sequence[ObservedPod], ctype: ConditionType, reas
     if not keep_start:
         state.status.start_time = None
     _refresh_active(state, pods, suspended=True)
-    state.plan.status = _build_status(state, state.job.status)
-    return state.plan
 
 
 def _admitted(state: _State, desired: RenderedJob, admission: Admission) -> None:
@@ -965,8 +972,6 @@ def _summary(job: Job, statuses: Mapping[str, ReplicaStatus], finished: bool) ->
 def _restarts(
     state: _State,
     pods: Sequence[ObservedPod],
-    recreations: Mapping[str, int],
-    counted: set[str],
     spec_types: Mapping[str, str],
 ) -> dict[str, tuple[int, int]]:
     """(restarts, recreations) per replica type; restarts never decrease.
@@ -979,7 +984,7 @@ def _restarts(
     job or losing a pod never forgives restarts that count toward backoffLimit.
     """
     old = state.job.status.replica_statuses
-    already = set(state.job.status.counted_failures)
+    already, counted, recreations = state.counted, state.counting, state.recreations
     out: dict[str, tuple[int, int]] = {}
     for key in state.job.spec.replica_specs:
         mine = [p for p in pods if spec_types.get(p.replica_type_lower) == key]
@@ -1094,10 +1099,6 @@ def _requeue(plan_: Plan, seconds: float) -> None:
     seconds = max(seconds, 0.0)
     if plan_.requeue_after is None or seconds < plan_.requeue_after:
         plan_.requeue_after = seconds
-
-
-def _build_status(state: _State, old: JobStatus) -> JobStatus:
-    return state.status.built(old, state.job.metadata.generation)
 
 
 def conditions_true(status: JobStatus) -> list[Condition]:
