@@ -7,12 +7,13 @@ same connection code (`connect`, `Kube`), the same typed errors (`errors`: `ApiN
 list-then-watch (`listwatch`), so each of these is written, and fixed, once. It imports
 nothing of the operator or the client.
 
-One exception, on purpose: the test harness starts the control plane with a small synchronous
-stdlib client (`trainjobs/testing/_kubeapi.py`: probe /readyz before the API server answers,
-create and list fake nodes, apply Kueue objects), used from synchronous fixtures and the
-`trainjobs` CLI with no event loop. Importing this package costs kubernetes-asyncio's import
-(2.3-3.6 s measured with `python -X importtime` on the shared machine, against 0.13-0.18 s for
-the whole harness module), which every harness start would then pay.
+The test harness starts the control plane with a small synchronous stdlib client
+(`trainjobs/testing/_kubeapi.py`: probe /readyz before the API server answers, create and list
+fake nodes, apply Kueue objects), used from synchronous fixtures and the `trainjobs` CLI with
+no event loop; its answers are this package's typed errors (`api_error`). So that it pays
+only for what it uses, the heavy submodules load on first use (`__getattr__`): importing
+`trainjobs.kube.errors` costs no kubernetes-asyncio import (that one is 2.3-3.6 s measured
+with `python -X importtime` on the shared machine, against 0.13-0.18 s for the harness).
 
 - `api`: `connect` (kubeconfig or in-cluster) and `Kube` (raw-JSON requests, paged lists,
   watches, streamed logs).
@@ -26,15 +27,9 @@ the whole harness module), which every harness start would then pay.
 
 from __future__ import annotations
 
-from trainjobs.kube.api import (
-    LIST_PAGE_SIZE,
-    ErrorHook,
-    Kube,
-    Query,
-    connect,
-    gather_limited,
-    split_lines,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from trainjobs.kube.errors import (
     ApiBadRequest,
     ApiConflict,
@@ -49,19 +44,49 @@ from trainjobs.kube.errors import (
     WatchDropped,
     api_error,
 )
-from trainjobs.kube.listwatch import ListWatch, WatchEvent
 from trainjobs.kube.reachability import Reachability
-from trainjobs.kube.resources import (
-    BY_API_KIND,
-    BY_KIND,
-    DEPLOYMENTS,
-    EVENTS,
-    LEASES,
-    PODS,
-    SERVICES,
-    Resource,
-    job_resource,
-)
+
+if TYPE_CHECKING:
+    from trainjobs.kube.api import (
+        LIST_PAGE_SIZE,
+        ErrorHook,
+        Kube,
+        Query,
+        connect,
+        gather_limited,
+        split_lines,
+    )
+    from trainjobs.kube.listwatch import ListWatch, WatchEvent
+    from trainjobs.kube.resources import (
+        BY_API_KIND,
+        BY_KIND,
+        DEPLOYMENTS,
+        EVENTS,
+        LEASES,
+        PODS,
+        SERVICES,
+        Resource,
+        job_resource,
+    )
+
+#: The names whose module loads on first use: kubernetes-asyncio (api), pydantic (resources).
+_LAZY = {
+    **dict.fromkeys(("LIST_PAGE_SIZE", "ErrorHook", "Kube", "Query", "connect",
+                     "gather_limited", "split_lines"), "api"),
+    **dict.fromkeys(("ListWatch", "WatchEvent"), "listwatch"),
+    **dict.fromkeys(("BY_API_KIND", "BY_KIND", "DEPLOYMENTS", "EVENTS", "LEASES", "PODS",
+                     "SERVICES", "Resource", "job_resource"), "resources"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BY_API_KIND",

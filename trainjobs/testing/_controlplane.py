@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import http.client
 import os
 import re
 import shutil
@@ -34,11 +33,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from trainjobs.kube.errors import ApiConflict, ApiError
 from trainjobs.testing import _flags
 from trainjobs.testing._audit import AUDIT_LOG, audit_args, read_events, size_of
 from trainjobs.testing._binaries import find_binaries
 from trainjobs.testing._errors import ControlPlaneError
-from trainjobs.testing._kubeapi import KubeAPI, insecure_ok, ok, serving
+from trainjobs.testing._kubeapi import KubeAPI, failure, health_ok, ok, serving
 from trainjobs.testing._kubectl import run_kubectl, write_kubeconfig
 from trainjobs.testing._pki import Pki, make_pki
 from trainjobs.testing._process import ProcessRef, free_ports, start_daemon, stop_processes
@@ -252,7 +252,7 @@ class ControlPlane:
             deadline,
         )
         self._wait(
-            lambda: insecure_ok(self.ports["kube-scheduler"], "/readyz"),
+            lambda: health_ok(self.ports["kube-scheduler"], "/readyz"),
             "kube-scheduler /readyz",
             deadline,
         )
@@ -372,16 +372,15 @@ class ControlPlane:
             "status": {"capacity": resources_, "allocatable": dict(resources_)},
         }
         try:
-            resp = api.create("/api/v1/nodes", node)
-        except (OSError, http.client.HTTPException):
-            return False
-        if resp.status in (201, 409):
-            return True
-        if resp.status >= 500 or resp.status == 429:
-            return False
-        raise ControlPlaneError(
-            f"creating node {name} failed ({resp.status}): {resp.body.decode(errors='replace')}"
-        )
+            api.call("POST", "/api/v1/nodes", node, timeout=5.0)
+        except ApiConflict:
+            return True  # (created by an earlier try whose answer was lost)
+        except ApiError as exc:
+            if exc.retryable:
+                return False
+            raise ControlPlaneError(f"creating node {name} failed: "
+                                    f"{failure('POST', '/api/v1/nodes', exc)}") from exc
+        return True
 
     def add_nodes(self, options: ClusterOptions, timeout: float = 60.0) -> list[str]:
         """Add fake nodes to the running cluster as ``options`` describes them (names from
@@ -404,13 +403,12 @@ class ControlPlane:
 
     def _nodes_ready(self, api: KubeAPI, names: Sequence[str] | None = None) -> bool:
         try:
-            resp = api.get(f"/api/v1/nodes?labelSelector={NODE_LABEL[0]}%3D{NODE_LABEL[1]}")
-        except (OSError, http.client.HTTPException):
-            return False
-        if resp.status != 200:
+            nodes = api.call("GET", f"/api/v1/nodes?labelSelector={NODE_LABEL[0]}%3D"
+                             f"{NODE_LABEL[1]}", timeout=5.0)
+        except ApiError:
             return False
         ready = set()
-        for node in resp.json().get("items", []):
+        for node in nodes.get("items", []):
             conditions = node.get("status", {}).get("conditions") or []
             taints = node.get("spec", {}).get("taints") or []
             if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not any(
@@ -421,12 +419,11 @@ class ControlPlane:
 
     def _leases_held(self, api: KubeAPI) -> bool:
         try:
-            resp = api.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")
-        except (OSError, http.client.HTTPException):
+            leases = api.call("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/"
+                              "leases", timeout=5.0)
+        except ApiError:
             return False
-        if resp.status != 200:
-            return False
-        held = {lease["metadata"]["name"] for lease in resp.json().get("items", [])}
+        held = {lease["metadata"]["name"] for lease in leases.get("items", [])}
         return held.issuperset(self.node_names)
 
     # -- health and restarts ----------------------------------------------------------------
@@ -498,7 +495,7 @@ class ControlPlane:
                        deadline)
         elif component in ("kube-scheduler", "kube-controller-manager"):
             path = "/readyz" if component == "kube-scheduler" else "/healthz"
-            self._wait(lambda: insecure_ok(self.ports[component], path),
+            self._wait(lambda: health_ok(self.ports[component], path),
                        f"{component} {path}", deadline)
         elif component == "kueue" and self.kueue is not None:
             self.kueue.wait_ready(deadline)

@@ -30,7 +30,7 @@ import yaml
 from trainjobs.testing._binaries import build_script, cache_root
 from trainjobs.testing._crds import apply_crds
 from trainjobs.testing._errors import ControlPlaneError
-from trainjobs.testing._kubeapi import insecure_ok, ok
+from trainjobs.testing._kubeapi import health_ok, ok
 from trainjobs.testing._process import free_ports
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def _start_coscheduling(plane: ControlPlane, home: Path, deadline: float) -> Non
     # Metrics and probes off ("0"): no fixed ports, so control planes can run side by side.
     plane.launch("scheduler-plugins-controller", home / "bin" / "controller",
                  ["--metricsAddr=0", "--probeAddr=0"], {"KUBECONFIG": str(plane.kubeconfig)})
-    plane.wait_until(lambda: insecure_ok(port, "/readyz"),
+    plane.wait_until(lambda: health_ok(port, "/readyz"),
                      "scheduler-plugins-scheduler /readyz", deadline)
 
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-import http.client
 import json
 import os
 import re
@@ -57,9 +56,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from trainjobs.kube.errors import ApiError
 from trainjobs.testing._binaries import build_script, cache_root
 from trainjobs.testing._crds import apply_crds
 from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._kubeapi import health_ok
 from trainjobs.testing._pki import make_serving_cert
 from trainjobs.testing._process import free_ports
 
@@ -337,7 +338,7 @@ class Kueue:
     def wait_ready(self, deadline: float) -> None:
         """Wait until Kueue's /readyz answers (its webhook server started) and its webhooks
         answer through the API server; a Kueue that exits fails at once, with its log."""
-        self.plane.wait_until(lambda: _http_ok(self.health_port, "/readyz"),
+        self.plane.wait_until(lambda: health_ok(self.health_port, "/readyz", tls=False),
                               "kueue /readyz (its webhook server started)", deadline)
         self.plane.wait_until(self.webhooks_answer, "kueue's webhooks to answer", deadline)
 
@@ -350,13 +351,13 @@ class Kueue:
         """A server-side dry-run create of a ResourceFlavor passes Kueue's mutating and
         validating webhooks: the API server reaches Kueue and trusts its certificate."""
         try:
-            resp = self.plane.api().request(
+            self.plane.api().call(
                 "POST", f"/apis/{_KUEUE_GROUP}/v1beta2/resourceflavors?dryRun=All",
                 {"apiVersion": f"{_KUEUE_GROUP}/v1beta2", "kind": "ResourceFlavor",
-                 "metadata": {"name": "trainjobs-harness-probe"}})
-        except (OSError, http.client.HTTPException):
+                 "metadata": {"name": "trainjobs-harness-probe"}}, timeout=5.0)
+        except ApiError:
             return False
-        return resp.status in (200, 201)
+        return True
 
     def configure(self, options: KueueOptions) -> None:
         """Restart Kueue with ``options`` (same ports and certificates; the webhook
@@ -423,14 +424,3 @@ def ensure_metrics_cert(directory: Path = METRICS_CERT_DIR) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-
-def _http_ok(port: int, path: str) -> bool:
-    """Kueue's health probe (plain HTTP on 127.0.0.1) answers 200."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-    try:
-        conn.request("GET", path)
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()

@@ -9,14 +9,15 @@ Kueue's own webhooks default and validate them as for any user.
 
 from __future__ import annotations
 
-import http.client
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from trainjobs.kube.errors import ApiError, ApiNotFound
 from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._kubeapi import failure
 
 if TYPE_CHECKING:
     from trainjobs.testing._controlplane import ControlPlane
@@ -57,15 +58,11 @@ class WorkloadCondition:
 def _call(plane: ControlPlane, method: str, path: str, body: Any = None
           ) -> dict[str, Any] | None:
     try:
-        resp = plane.api().request(method, path, body, timeout=15.0)
-    except (OSError, http.client.HTTPException) as exc:
-        raise KueueObjectError(f"{method} {path}: {exc}") from exc
-    if method == "GET" and resp.status == 404:
-        return None
-    if resp.status >= 300:
-        raise KueueObjectError(
-            f"{method} {path} answered {resp.status}: {resp.body.decode(errors='replace')}")
-    data: dict[str, Any] = resp.json()
+        data: dict[str, Any] = plane.api().call(method, path, body)
+    except ApiError as exc:
+        if method == "GET" and isinstance(exc, ApiNotFound):
+            return None
+        raise KueueObjectError(failure(method, path, exc)) from exc
     return data
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
-import http.client
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,9 +38,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from trainjobs.kube.errors import ApiError
 from trainjobs.testing._controlplane import ClusterOptions, ControlPlane
 from trainjobs.testing._crds import apply_crds
 from trainjobs.testing._errors import ControlPlaneError
+from trainjobs.testing._kubeapi import failure
 from trainjobs.testing._kueue import KUEUE_NAMESPACE, Kueue, KueueOptions
 from trainjobs.testing._kueue_objects import (
     GROUP_VERSION,
@@ -288,22 +289,16 @@ class MultiCluster:
     @staticmethod
     def _post(plane: ControlPlane, path: str, body: dict[str, Any]) -> None:
         try:
-            resp = plane.api().request("POST", path, body, timeout=15.0)
-        except (OSError, http.client.HTTPException) as exc:
-            raise KueueObjectError(f"POST {path}: {exc}") from exc
-        if resp.status not in (200, 201):
-            raise KueueObjectError(f"POST {path} answered {resp.status}: "
-                                   f"{resp.body.decode(errors='replace')}")
+            plane.api().call("POST", path, body)
+        except ApiError as exc:
+            raise KueueObjectError(failure("POST", path, exc)) from exc
 
     @staticmethod
     def _get(plane: ControlPlane, path: str) -> dict[str, Any] | None:
         try:
-            resp = plane.api().request("GET", path, timeout=15.0)
-        except (OSError, http.client.HTTPException):
+            got: dict[str, Any] = plane.api().call("GET", path)
+        except ApiError:
             return None
-        if resp.status != 200:
-            return None
-        got: dict[str, Any] = resp.json()
         return got
 
     # -- health and stop ----------------------------------------------------------------------
