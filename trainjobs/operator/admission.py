@@ -73,21 +73,24 @@ from trainjobs.kueue.workload import (
 from trainjobs.operator.events import EventRecorder
 from trainjobs.plugin.types import Framework
 
-__all__ = ["WATCHES_CLUSTER_WIDE", "WATCHES_PER_NAMESPACE", "WORKLOADS", "Queueing", "discover",
-           "refused"]
+__all__ = ["WORKLOADS", "Queueing", "discover", "refused", "watched"]
 
 log = logging.getLogger(__name__)
 
-#: The watches Queueing holds: Workloads per watched namespace, and three cluster-wide
-#: (ResourceFlavors, WorkloadPriorityClasses, PriorityClasses).
-WATCHES_PER_NAMESPACE, WATCHES_CLUSTER_WIDE = 1, 3
 WORKLOADS = Resource("Workload", "workloads", k.GROUP, k.VERSION)
 RESOURCE_FLAVORS = Resource("ResourceFlavor", "resourceflavors", k.GROUP, k.VERSION)
 WORKLOAD_PRIORITY_CLASSES = Resource("WorkloadPriorityClass", "workloadpriorityclasses",
                                      k.GROUP, k.VERSION)
 PRIORITY_CLASSES = Resource("PriorityClass", "priorityclasses", "scheduling.k8s.io", "v1")
+CLUSTER_WIDE = (RESOURCE_FLAVORS, WORKLOAD_PRIORITY_CLASSES, PRIORITY_CLASSES)
 _T = TypeVar("_T")
 _ACTIVE = (PodPhase.PENDING, PodPhase.RUNNING, PodPhase.UNKNOWN)
+
+
+def watched(namespaces: Sequence[str | None]) -> list[tuple[Resource, str | None]]:
+    """What the integration watches (one informer each), in order: its Workloads in every
+    watched namespace, then ResourceFlavors, WorkloadPriorityClasses and PriorityClasses."""
+    return [*((WORKLOADS, ns) for ns in namespaces), *((res, None) for res in CLUSTER_WIDE)]
 
 
 async def _until_answered(what: str, ask: Callable[[], Awaitable[_T]],
@@ -127,9 +130,7 @@ async def refused(kube: Kube, namespaces: Sequence[str | None],
     chart's `kueue.enabled` adds that RBAC): an informer refused with 403 would never sync and
     the operator would never be ready, stalling every job. One small list per watched
     resource tells the two apart at start (asked until it answers, as `discover`)."""
-    for res, ns in [*((WORKLOADS, n) for n in namespaces),
-                    (RESOURCE_FLAVORS, None), (WORKLOAD_PRIORITY_CLASSES, None),
-                    (PRIORITY_CLASSES, None)]:
+    for res, ns in watched(namespaces):
         async def ask(res: Resource = res, ns: str | None = ns) -> str | None:
             try:
                 async for _ in kube.list_pages(res, ns, limit=1):
@@ -187,17 +188,17 @@ class Queueing:
         self.flavors: dict[str, ResourceFlavor] = {}
         self._workload_classes: dict[str, int] = {}
         self._pod_classes: dict[str, PriorityClass] = {}
+        handlers: dict[Resource, tuple[Callable[[dict[str, Any]], Any], Any, str]] = {
+            WORKLOADS: (parse_workload, self._on_workload, LABEL_JOB_NAME),
+            RESOURCE_FLAVORS: (parse_resource_flavor, self._on_flavor, ""),
+            WORKLOAD_PRIORITY_CLASSES: (parse_workload_priority_class, self._on_workload_class,
+                                        ""),
+            PRIORITY_CLASSES: (parse_priority_class, self._on_pod_class, ""),
+        }
         self.informers: list[Informer[Any]] = [
-            Informer(kube, WORKLOADS, ns, _parsed(parse_workload), self._on_workload,
-                     label_selector=LABEL_JOB_NAME) for ns in namespaces]
-        self.informers += [
-            Informer(kube, RESOURCE_FLAVORS, None, _parsed(parse_resource_flavor),
-                     self._on_flavor),
-            Informer(kube, WORKLOAD_PRIORITY_CLASSES, None,
-                     _parsed(parse_workload_priority_class), self._on_workload_class),
-            Informer(kube, PRIORITY_CLASSES, None, _parsed(parse_priority_class),
-                     self._on_pod_class),
-        ]
+            Informer(kube, res, ns, _parsed(parse), on_change, label_selector=selector)
+            for res, ns in watched(namespaces)
+            for parse, on_change, selector in (handlers[res],)]
 
     # Cache events -----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -53,14 +53,8 @@ from trainjobs.kube import (
 )
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue.constants import LABEL_QUEUE_NAME
-from trainjobs.operator import metrics
-from trainjobs.operator.admission import (
-    WATCHES_CLUSTER_WIDE,
-    WATCHES_PER_NAMESPACE,
-    Queueing,
-    discover,
-    refused,
-)
+from trainjobs.operator import admission, metrics
+from trainjobs.operator.admission import Queueing, discover, refused
 from trainjobs.operator.backoff import CreateGate
 from trainjobs.operator.cache import (
     JOB_GROUPS,
@@ -148,7 +142,7 @@ class Controller:
         self._groups = frozenset(f.group for f in plugins.frameworks.values()) or JOB_GROUPS
         # Kinds of extra objects plugins want watched (a gang scheduler's PodGroup).
         declared = plugins.owned_resources(settings.controller_config)
-        self.watched = [Resource.of(r.api_version, r.kind, r.plural) for r in declared]
+        self.watched = _owned_resources(plugins, settings)
         self.resources = {**BY_API_KIND, **{(r.api_version, r.kind): r for r in self.watched}}
         self.planner_settings = replace(settings.planner, with_replicas_kinds=frozenset(
             r.kind for r in declared if r.with_replicas))
@@ -157,15 +151,12 @@ class Controller:
         # Kueue admission (operator/admission.py): on when the API server serves Workloads.
         self.kueue: Queueing | None = None
         self._namespaces = namespaces
-        for ns in namespaces:
-            for fw in plugins.frameworks.values():
-                self.informers.append(Informer(
-                    kube, job_resource(fw.kind, fw.plural, fw.group, fw.version), ns,
-                    reduce_job, self._on_job))
-            for res in (PODS, SERVICES, *self.watched):
-                self.informers.append(Informer(
-                    kube, res, ns, self._owned_transform(res), self._on_owned,
-                    label_selector=OWNED_SELECTOR))
+        kinds = set(_job_resources(plugins))
+        for res, ns in _watched(plugins, namespaces, self.watched):
+            self.informers.append(
+                Informer(kube, res, ns, reduce_job, self._on_job) if res in kinds else
+                Informer(kube, res, ns, self._owned_transform(res), self._on_owned,
+                         label_selector=OWNED_SELECTOR))
 
     def _owned_transform(self, res: Resource) -> Any:
         keep = res in self.watched
@@ -665,10 +656,31 @@ class Controller:
 
 def watches(plugins: PluginManager, settings: ControllerSettings) -> int:
     """The most watches a Controller holds open (one per informer, Kueue's included): the
-    operator's connection pool must hold them all besides its requests (kube.connect)."""
-    owned = len(plugins.owned_resources(settings.controller_config))
-    per_namespace = len(plugins.frameworks) + 2 + owned + WATCHES_PER_NAMESPACE
-    return max(1, len(settings.namespaces)) * per_namespace + WATCHES_CLUSTER_WIDE
+    operator's connection pool must hold them all besides its requests (kube.connect). It
+    counts the very lists the informers are built from, before there is a client to build
+    them with."""
+    namespaces: list[str | None] = list(settings.namespaces) or [None]
+    return len(_watched(plugins, namespaces, _owned_resources(plugins, settings))) + \
+        len(admission.watched(namespaces))
+
+
+def _job_resources(plugins: PluginManager) -> list[Resource]:
+    return [job_resource(fw.kind, fw.plural, fw.group, fw.version)
+            for fw in plugins.frameworks.values()]
+
+
+def _owned_resources(plugins: PluginManager, settings: ControllerSettings) -> list[Resource]:
+    """The kinds of extra objects plugins want watched (a gang scheduler's PodGroup)."""
+    return [Resource.of(r.api_version, r.kind, r.plural)
+            for r in plugins.owned_resources(settings.controller_config)]
+
+
+def _watched(plugins: PluginManager, namespaces: Sequence[str | None],
+             owned: Sequence[Resource]) -> list[tuple[Resource, str | None]]:
+    """The controller's own informers, in order (one watch each): per watched namespace
+    (None: all), every kind's jobs, then pods, Services and the `owned` kinds."""
+    return [(res, ns) for ns in namespaces
+            for res in (*_job_resources(plugins), PODS, SERVICES, *owned)]
 
 
 def _note_gone(mem: JobMemory, entry: OwnedEntry) -> None:
