@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ from bench.api import Api, gather_limited
 from bench.cluster import Cluster
 from bench.jobs import tfjob
 from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
-from bench.report import log, machine, write_result
+from bench.report import arguments, log, machine, workdir, write_result
 
 NS = "bench-bigjob"
 PLURALS = {"TfJob": "tfjobs", "MxJob": "mxjobs"}
@@ -182,8 +180,7 @@ def validate_cpu() -> dict[str, list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.bigjob", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("bigjob", __doc__)
     p.add_argument("--kind", choices=sorted(PLURALS), default="TfJob")
     p.add_argument("--workers", type=int, default=2000)
     p.add_argument("--small", type=int, default=100)
@@ -199,13 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                                              "machine": machine(), "after": validate_cpu()},
                      args.out)
         return 0
-    root = Path(tempfile.mkdtemp(prefix="trainjobs-bench-bigjob-"))
-    try:
+    with workdir("bigjob") as root:
         result = asyncio.run(run(args, root))
-    except BaseException:
-        log(f"logs kept in {root}")
-        raise
-    shutil.rmtree(root, ignore_errors=True)
     write_result(f"bigjob-{args.kind.lower()}", {"benchmark": "bigjob", "machine": machine(),
                                                   "params": vars(args) | {"out": str(args.out)},
                                                   "result": result}, args.out)

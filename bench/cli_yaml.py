@@ -21,7 +21,6 @@ import hashlib
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,10 +30,12 @@ import yaml
 from bench.report import (
     REPO,
     RESULTS_DIR,
+    arguments,
     install_signal_handlers,
     log,
     machine,
     stats,
+    workdir,
     write_result,
 )
 
@@ -44,8 +45,7 @@ FAST = "import sys; from trainjobs.cli import main; sys.exit(main(sys.argv[1:]))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.cli_yaml", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("cli_yaml", __doc__)
     p.add_argument("--workers", default="500,2000", help="comma-separated Worker counts")
     p.add_argument("--repeats", type=int, default=3, help="runs of the C path per command")
     p.add_argument("--pure-repeats", type=int, default=1,
@@ -109,9 +109,8 @@ def measure(name: str, args: list[str], repeats: int, pure_repeats: int, tmp: Pa
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     install_signal_handlers()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-cli-yaml-"))
     result: dict[str, Any] = {"machine": machine(), "args": vars(args), "runs": {}}
-    try:
+    with workdir("cli_yaml") as tmp:
         for workers in (int(w) for w in args.workers.split(",")):
             job = tmp / f"mxjob-{workers}.yaml"
             job.write_text(yaml.safe_dump(mxjob(workers), sort_keys=False))
@@ -135,8 +134,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"convert-bundle-{workers}", ["convert", str(bundle)], args.repeats,
                 args.pure_repeats, tmp)
             write_result("cli_yaml", result, args.out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     write_result("cli_yaml", result, args.out)
     for name, r in result["runs"].items():
         print(f"{name:<22} {r['output_bytes'] / 1e6:8.1f} MB  C {r['c']['median']:7.2f} s  "

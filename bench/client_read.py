@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +24,16 @@ from typing import Any
 from bench.api import Api, gather_limited
 from bench.cluster import Cluster
 from bench.jobs import tfjob, tfjob_path
-from bench.report import RESULTS_DIR, install_signal_handlers, log, machine, stats, write_result
+from bench.report import (
+    RESULTS_DIR,
+    arguments,
+    install_signal_handlers,
+    log,
+    machine,
+    stats,
+    workdir,
+    write_result,
+)
 from trainjobs.api.models import Job, JobSpec, JobStatus, ObjectMeta
 from trainjobs.client import aio
 from trainjobs.client.aio import AsyncClient
@@ -36,8 +43,7 @@ from trainjobs.plugin.manager import PluginManager
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.client_read", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("client_read", __doc__)
     p.add_argument("--sizes", default="500x3,100x50",
                    help="comma-separated JOBSxWORKERS, one namespace each (default 500x3,100x50)")
     p.add_argument("--repeats", type=int, default=5, help="timed lists per way and size")
@@ -110,15 +116,13 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     install_signal_handlers()
-    root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-client-read-"))
     result: dict[str, Any] = {"machine": machine(), "args": vars(args)}
-    cluster = Cluster.start(root, nodes=1, node_pods=110, audit=False)
-    try:
-        result["sizes"] = asyncio.run(measure(args, cluster))
-    finally:
-        cluster.stop()
-        if args.workdir is None:
-            shutil.rmtree(root, ignore_errors=True)
+    with workdir("client_read", args.workdir) as root:
+        cluster = Cluster.start(root, nodes=1, node_pods=110, audit=False)
+        try:
+            result["sizes"] = asyncio.run(measure(args, cluster))
+        finally:
+            cluster.stop()
     write_result("client_read", result, args.out)
     for size, r in result["sizes"].items():
         print(f"{size}: parse {r['parse']['median']:.3f} s, render {r['render']['median']:.3f} s"

@@ -38,7 +38,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -52,11 +51,13 @@ from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
 from bench.report import (
     REPO,
     RESULTS_DIR,
+    arguments,
     install_signal_handlers,
     log,
     machine,
     series_since,
     stats,
+    workdir,
     write_result,
 )
 from bench.training_operator import DEFAULT_FLAGS, TUNED_FLAGS, TrainingOperator
@@ -78,8 +79,7 @@ TRAINING_OPERATOR_PHASES: dict[str, tuple[str, str]] = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.fanout", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("fanout", __doc__)
     p.add_argument("--jobs", type=int, default=500, help="TfJobs per phase (default 500)")
     p.add_argument("--workers", type=int, default=3,
                    help="Workers per job besides the Chief (default 3: 4 replicas)")
@@ -536,24 +536,16 @@ async def main_async(args: argparse.Namespace) -> int:
     if len(labels) != len(commands):
         raise SystemExit("give one --label per --operator-cmd")
     pairs = list(zip(labels, commands, strict=True))
-    root = args.workdir or Path(tempfile.mkdtemp(prefix="trainjobs-bench-fanout-"))
     result: dict[str, Any] = {"benchmark": "fanout", "machine": machine(),
                               "params": {k: (str(v) if isinstance(v, Path) else v)
                                          for k, v in vars(args).items()},
                               "commands": dict(pairs), "repeats": []}
-    ok = False
-    try:
+    with workdir("fanout", args.workdir, args.keep_workdir) as root:
         for i in range(args.repeats):
             log(f"=== repeat {i + 1}/{args.repeats}")
             result["repeats"].append(await one_repeat(i, args, pairs, root))
             result["summary"] = summarize(result["repeats"], labels)
             write_result("fanout", result, args.out)
-        ok = True
-    finally:
-        if ok and not args.keep_workdir and args.workdir is None:
-            shutil.rmtree(root, ignore_errors=True)
-        elif not ok:
-            log(f"logs kept in {root}")
     print_summary(result["summary"], args, labels)
     return 0
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.report import RESULTS_DIR, machine, stats, write_result
+from bench.report import RESULTS_DIR, arguments, machine, stats, write_result
 
 VARIANTS = ("cpython-default", "trainjobs-freeze")
 PHASES = ("growth", "churn")
@@ -146,8 +146,7 @@ def run_variant(variant: str, jobs: int, active: int, events: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.gcpause", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("gcpause", __doc__)
     p.add_argument("--jobs", type=int, default=5000)
     p.add_argument("--active", type=int, default=250, help="jobs with a model and render")
     p.add_argument("--events", type=int, default=400_000)

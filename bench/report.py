@@ -7,15 +7,18 @@ what each figure was measured on (`machine`) and how it was summarised (`stats`)
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,28 @@ RESULTS_DIR = REPO / "docs" / "benchmarks"
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def arguments(name: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of `python -m bench.NAME`: its module docstring, as written, is --help's
+    description."""
+    return argparse.ArgumentParser(prog=f"python -m bench.{name}", description=doc,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+@contextlib.contextmanager
+def workdir(name: str, given: Path | None = None, keep: bool = False) -> Iterator[Path]:
+    """The run's folder (control plane state, logs, inputs): `given` (--workdir) as it is,
+    else a temporary one, removed once the run has succeeded unless `keep`. After a failure
+    it stays and its path is logged: its logs say why."""
+    root = given or Path(tempfile.mkdtemp(prefix=f"trainjobs-bench-{name}-"))
+    try:
+        yield root
+    except BaseException:
+        log(f"logs kept in {root}")
+        raise
+    if given is None and not keep:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def machine() -> dict[str, Any]:

@@ -48,15 +48,22 @@ from bench.cpu import cpu_diff, cpu_snapshot
 from bench.fanout import _path, _start_pyspy, _stop_pyspy
 from bench.jobs import rendered_objects, tfjob, tfjob_path
 from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
-from bench.report import RESULTS_DIR, install_signal_handlers, log, machine, stats, write_result
+from bench.report import (
+    RESULTS_DIR,
+    arguments,
+    install_signal_handlers,
+    log,
+    machine,
+    stats,
+    write_result,
+)
 from bench.watcher import JobTrack, PodTrack, Watcher
 from bench.writes import attribute, audit_writes, counter_diff, write_counters
 from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("scale", __doc__)
     p.add_argument("--jobs", type=int, default=5000, help="jobs present (default 5000)")
     p.add_argument("--workers", type=int, default=3, help="Workers per job besides the Chief")
     p.add_argument("--running", type=int, default=None,
