@@ -5,6 +5,11 @@ and cleanup semantics live, shared by the Kubernetes backend and the local runti
 be tested exhaustively without I/O (tests/unit/test_planner.py, including hypothesis-generated
 states). It never performs an action; the backend does, then calls it again with the new state.
 Calling it again on the state its own plan produced must ask for nothing new (idempotence).
+
+One pass takes one of four paths (`_finish`, `_suspend`, `_queue`, `_run`); what holds on
+every path is written once: the sweep over the job's pods (`_sweep`: what goes, and a
+deletion cut off half-way done again), what goes with the replicas (`_without_replicas`),
+and the status, edited typed (`_Status`) and built into a `JobStatus` once, at the end.
 """
 
 from __future__ import annotations
