@@ -156,9 +156,12 @@ def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
     return out
 
 
-async def gather_limited(limit: int, aws: Iterable[Any]) -> list[Any]:
+async def gather_bounded(limit: int, aws: Iterable[Any]) -> list[Any]:
     """Run the awaitables with at most `limit` in flight (a pool of workers on one iterator,
-    so 20,000 creates are not 20,000 pending tasks); the first exception is raised."""
+    so 20,000 creates are not 20,000 pending tasks); the first exception is raised. Not the
+    transport's `gather_limited`, on purpose: that one (the controller's writes) returns each
+    call's error as its result, for the controller to act on each; a benchmark stops at the
+    first."""
     it = iter(enumerate(aws))
     results: dict[int, Any] = {}
 

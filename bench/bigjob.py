@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.api import Api, gather_limited
+from bench.api import Api, gather_bounded
 from bench.cluster import Cluster
 from bench.jobs import tfjob
 from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
@@ -107,7 +107,7 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         creates = [api.create_ok(f"/apis/trainjobs.io/v1alpha1/namespaces/{NS}/{plural}", big)]
         creates += [api.create_ok(f"/apis/trainjobs.io/v1alpha1/namespaces/{NS}/tfjobs", job)
                     for job in small]
-        await gather_limited(32, creates)
+        await gather_bounded(32, creates)
         small_done = big_done = None
         while big_done is None or small_done is None:
             counts = await pods_per_job(api)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.api import Api, gather_limited
+from bench.api import Api, gather_bounded
 from bench.cluster import Cluster
 from bench.jobs import tfjob, tfjob_path
 from bench.report import (
@@ -84,7 +84,7 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> dict[str, Any]:
         for jobs, workers in sizes:
             ns = f"read-{jobs}x{workers}"
             await api.ensure_namespace(ns)
-            await gather_limited(16, (api.create_ok(tfjob_path(ns), tfjob(
+            await gather_bounded(16, (api.create_ok(tfjob_path(ns), tfjob(
                 f"job-{i:04d}", ns, workers=workers, chief_run=None, worker_run=None))
                 for i in range(jobs)))
             log(f"{ns}: {jobs} TfJobs of 1 Chief + {workers} Workers created")

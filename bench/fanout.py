@@ -43,7 +43,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.api import BENCH_UA, CEILING_UA, Api, gather_limited
+from bench.api import BENCH_UA, CEILING_UA, Api, gather_bounded
 from bench.cluster import Cluster
 from bench.cpu import cpu_diff, cpu_snapshot
 from bench.jobs import KUBEFLOW_GROUP, kubeflow_tfjob, rendered_objects, tfjob, tfjob_path
@@ -143,7 +143,7 @@ async def run_ceiling(cluster: Cluster, watcher: Watcher, ns: str, conc: int,
         log(f"ceiling: creating {len(objects)} objects at concurrency {conc}")
         cpu0 = cpu_snapshot(cluster.plane)
         t0 = time.perf_counter()
-        await gather_limited(conc, (api.create_ok(_path(ns, o), o) for o in objects))
+        await gather_bounded(conc, (api.create_ok(_path(ns, o), o) for o in objects))
         t_client = time.perf_counter() - t0
         await watcher.wait(lambda: c.pods >= per_kind and c.services >= per_kind,
                            "ceiling objects", args.timeout)
@@ -234,7 +234,7 @@ async def run_operator(cluster: Cluster, watcher: Watcher, ns: str, label: str, 
         log(f"{label}: creating {args.jobs} TfJobs x {replicas} replicas")
         cpu0 = cpu_snapshot(cluster.plane, op)
         t0 = time.perf_counter()
-        await gather_limited(args.concurrency,
+        await gather_bounded(args.concurrency,
                              (api.create_ok(tfjob_path(ns, group=_group(args)), j)
                               for j in jobs))
         res["jobs_created_seconds"] = time.perf_counter() - t0

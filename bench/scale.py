@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.api import BENCH_UA, CEILING_UA, Api, gather_limited
+from bench.api import BENCH_UA, CEILING_UA, Api, gather_bounded
 from bench.cluster import Cluster
 from bench.cpu import cpu_diff, cpu_snapshot
 from bench.fanout import _path, _start_pyspy, _stop_pyspy
@@ -176,7 +176,7 @@ class Bench:
         cpu0 = cpu_snapshot(self.cluster.plane, self.op)
         log(f"populate: creating {n} jobs ({len(running)} keep running)")
         t0 = time.perf_counter()
-        await gather_limited(self.args.concurrency, (
+        await gather_bounded(self.args.concurrency, (
             self.api.create_ok(tfjob_path(self.ns), self.job(x, running=x in running))
             for x in names))
         t_created = time.perf_counter() - t0
@@ -254,7 +254,7 @@ class Bench:
             pod = next(o for o in rendered_objects(job, self.owner) if o["kind"] == "Pod")
             names.append(pod["metadata"]["name"])
             objs.append(pod)
-        await gather_limited(self.args.concurrency, (
+        await gather_bounded(self.args.concurrency, (
             self.api.create_ok(_path(self.ceiling_ns, o), o) for o in objs))
         await self.watcher.wait(lambda: all(
             (p := self.watcher.pods.get((self.ceiling_ns, n))) is not None
