@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.api import BENCH_UA, CEILING_UA, Api, gather_limited
+from bench.api import BENCH_UA, CEILING_UA, Api, gather_bounded
 from bench.cluster import Cluster
 from bench.cpu import cpu_diff, cpu_snapshot
 from bench.jobs import tfjob, tfjob_path
@@ -162,7 +162,7 @@ async def run_phase(cluster: Cluster, watcher: Watcher, api: Api, label: str,
         audit0 = cluster.audit_offset()
         cpu0 = cpu_snapshot(cluster.plane, op)
         t_create = time.perf_counter()
-        await gather_limited(args.concurrency, (api.create_ok(p, d) for p, d in docs))
+        await gather_bounded(args.concurrency, (api.create_ok(p, d) for p, d in docs))
         await wait_pending(api, ns, cq, args.jobs, args.timeout)
         res["pending_seconds"] = time.perf_counter() - t_create
         cpu1 = cpu_snapshot(cluster.plane, op)
