@@ -1,7 +1,7 @@
 """The benchmarks' own API client: aiohttp with the admin certificate, JSON in and out.
 
-Why not the operator's `Kube` (kubernetes-asyncio): the ceiling must cost as little as
-possible and must not share the HTTP stack of the operator under test, so "the ceiling" really
+Why not the operator's `Kube`: the ceiling must cost as little as possible and must not share
+the request code of the operator under test, so "the ceiling" really
 is the same objects created by the thinnest client there is. What it shares is everything
 above HTTP: failures are the transport's typed errors (`trainjobs.kube.errors`, one mapping
 from a response to an error), streams are split into lines by the transport's `split_lines`,

@@ -7,6 +7,10 @@ Why a program of its own: the scale benchmark reports the operator's RSS at 20,0
 says where that memory goes, so a change to the caches can be judged in seconds.
 
     python -m bench.memory                  # 1,000 TfJobs, Chief + 3 Workers
+
+An older checkout's operator is measured by the same program with its tree first on the path:
+    PYTHONSAFEPATH=1 PYTHONPATH=<dir holding only bench/>:<old checkout> <its venv>/bin/python \
+        -m bench.memory
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from bench.jobs import tfjob
 from trainjobs.core.render import render_job
 from trainjobs.core.validation import parse_job
+from trainjobs.operator import cache
 from trainjobs.operator.cache import PackedRender, reduce_job, reduce_owned
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Framework
@@ -30,7 +35,6 @@ from trainjobs.plugin.types import Framework
 IMPORTS = {
     "python": "pass",
     "aiohttp, pydantic, pluggy, yaml": "import aiohttp, pydantic, pluggy, yaml",
-    "kubernetes_asyncio.client": "import kubernetes_asyncio.client",
     "the operator (everything it imports)": "import trainjobs.cli, trainjobs.operator.main",
 }
 
@@ -52,7 +56,7 @@ def per_object(label: str, n: int, build: Callable[[int], Any]) -> tuple[list[An
     gc.collect()
     held, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    print(f"  {label:<58} {held / n / 1024:6.1f} KiB")
+    print(f"  {label:<58} {held / n / 1024:6.2f} KiB")
     return out, held / n
 
 
@@ -109,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nHeld per job ({n} TfJobs, Chief + {args.workers} Workers):")
     entries, _ = per_object("JobEntry: metadata, spec, status (kept for every job)", n,
                             lambda i: reduce_job(api_job(i, args.workers)))
-    jobs, _ = per_object("validated Job model (active jobs only)", n,
+    jobs, _ = per_object("validated Job model, as objects", n,
                          lambda i: parse_job(entries[i].raw, plugins, f"TfJob/bench/job-{i}"))
+    if hasattr(cache, "PackedJob"):  # (an operator before it kept the model as objects)
+        per_object("PackedJob (the model as kept for active jobs)", n,
+                   lambda i: cache.PackedJob.pack(jobs[i]))
     rendered, _ = per_object("rendered pods + Services as dicts (before packing)", n,
                              lambda i: render_job(jobs[i], framework, plugins,
                                                   backend="kubernetes", controller_config={}))

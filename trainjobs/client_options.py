@@ -1,8 +1,8 @@
 """The flags of the cluster commands (submit, status, list, wait, logs, delete), outside
-the trainjobs.client package, whose import loads kubernetes-asyncio.
+the trainjobs.client package, whose import loads aiohttp and the transport.
 
 Why apart from commands.py: building the `trainjobs` parser must stay cheap (`trainjobs render`
-runs in CI loops); the client, kubernetes-asyncio and aiohttp are imported only when a cluster
+runs in CI loops); the client, the transport and aiohttp are imported only when a cluster
 command runs.
 """
 

@@ -316,8 +316,8 @@ def lease_grants(name: str) -> set[tuple[str, str, str, str]]:
 def service_account_kubeconfig(cluster: ControlPlane, namespace: str, sa: str, path: Path) -> Path:
     """A kubeconfig with a real token of `sa` (TokenRequest API), as an in-cluster pod has.
 
-    Not an impersonating kubeconfig (`as:`): kubernetes-asyncio ignores `as`, so the operator
-    would silently run as the admin and prove nothing about the chart's RBAC.
+    Not an impersonating kubeconfig (`as:`): the operator's kubeconfig loader ignores `as`, so
+    the operator would silently run as the admin and prove nothing about the chart's RBAC.
     """
     token = cluster.kubectl("create", "token", sa, "-n", namespace, "--duration=1h").stdout.strip()
     admin = yaml.safe_load(cluster.kubeconfig.read_text())

@@ -139,8 +139,10 @@ def test_after_an_api_server_outage_watches_are_back_within_seconds_and_readyz_s
         bare_ns.wait_state("TfJob", "before", "Running", timeout=45)
         assert op.ready()
 
-        proxy.go_down()
+        # (The clock starts before the cut: go_down returns after the watches are cut, and the
+        # operator may see its first failure before then.)
         down_at = time.monotonic()
+        proxy.go_down()
         wait_for(lambda: op.http("/readyz")[0] == 503, "/readyz 503 while the API is gone",
                  timeout=10, interval=0.1)
         not_ready_after = time.monotonic() - down_at

@@ -139,7 +139,7 @@ def test_a_plugin_reading_the_config_is_validated_on_the_pods_it_will_shape() ->
 def test_the_operator_validates_with_its_own_controller_config() -> None:
     """The controller's parse (validation, cached per generation) passes the controller
     config it renders with, not an empty one."""
-    from trainjobs.operator.cache import JobEntry
+    from trainjobs.operator.cache import reduce_job
     from trainjobs.operator.controller import Controller, ControllerSettings
     from trainjobs.operator.memory import Expectations, JobMemory
 
@@ -150,7 +150,7 @@ def test_the_operator_validates_with_its_own_controller_config() -> None:
     config = {"tfImage": "registry.example/tf:2"}
     controller = Controller(None, plugins,  # type: ignore[arg-type]  # parse calls no API
                             ControllerSettings(controller_config=config))
-    memory = JobMemory(JobEntry("TfJob", tfjob("op")), Expectations(1.0, lambda: 0.0))
+    memory = JobMemory(reduce_job(tfjob("op")), Expectations(1.0, lambda: 0.0))
     parsed = asyncio.run(controller._parse("ns/op", memory))
     assert parsed.job is not None
     assert reader.seen == [config] * 4

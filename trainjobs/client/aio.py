@@ -18,8 +18,6 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio.config import ConfigException, list_kube_config_contexts
-
 from trainjobs.api.models import MANAGED_BY_OPERATOR, Job, JobSpec, JobStatus, ObjectMeta
 from trainjobs.client.errors import (
     AmbiguousJob,
@@ -44,11 +42,13 @@ from trainjobs.kube import (
     ApiError,
     ApiNotFound,
     Kube,
+    KubeconfigError,
     ListWatch,
     Resource,
     connect,
     job_resource,
 )
+from trainjobs.kube.kubeconfig import current_context
 from trainjobs.kube.listwatch import LISTED
 from trainjobs.kueue import constants as kueue
 from trainjobs.plugin.manager import PluginManager, load_plugins
@@ -91,7 +91,7 @@ class AsyncClient:
             if self._kube is None:
                 try:
                     api = await connect(self.kubeconfig)
-                except (ConfigException, OSError) as exc:
+                except (KubeconfigError, OSError) as exc:
                     raise ClusterUnreachable(f"no cluster configured: {exc}") from None
                 self._kube = Kube(api, user_agent="trainjobs-client",
                                   request_timeout=self.request_timeout)
@@ -518,9 +518,8 @@ def logs_unavailable(pod: PodInfo, exc: ApiError) -> LogsUnavailable:
 def default_namespace(kubeconfig: str | None) -> str:
     """The kubeconfig's current-context namespace; in a pod, the service account's."""
     path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-    with contextlib.suppress(ConfigException, OSError, KeyError, TypeError, ValueError):
-        _, active = list_kube_config_contexts(path)
-        ns = ((active or {}).get("context") or {}).get("namespace")
+    with contextlib.suppress(KubeconfigError, OSError, KeyError, TypeError, ValueError):
+        ns = current_context(path).get("namespace")
         if ns:
             return str(ns)
         return "default"

@@ -12,11 +12,13 @@ The test harness starts the control plane with a small synchronous stdlib client
 fake nodes, apply Kueue objects), used from synchronous fixtures and the `trainjobs` CLI with
 no event loop; its answers are this package's typed errors (`api_error`). So that it pays
 only for what it uses, the heavy submodules load on first use (`__getattr__`): importing
-`trainjobs.kube.errors` costs no kubernetes-asyncio import (that one is 2.3-3.6 s measured
-with `python -X importtime` on the shared machine, against 0.13-0.18 s for the harness).
+`trainjobs.kube.errors` costs no aiohttp import (kubernetes-asyncio's, when the transport
+used it, was 2.3-3.6 s measured with `python -X importtime` on the shared machine, against
+0.13-0.18 s for the harness).
 
-- `api`: `connect` (kubeconfig or in-cluster) and `Kube` (raw-JSON requests, paged lists,
-  watches, streamed logs).
+- `api`: `connect` (kubeconfig or in-cluster: `kubeconfig`) and `Kube` (raw-JSON requests,
+  paged lists, watches, streamed logs) over one aiohttp session (`Transport`).
+- `kubeconfig`: the server and credentials of a kubeconfig context or the service account.
 - `errors`: the API error tree, chosen once from each response.
 - `resources`: `Resource` (a kind's URL) and the kinds trainjobs uses.
 - `reachability`: since when the API server has not answered.
@@ -52,10 +54,12 @@ if TYPE_CHECKING:
         ErrorHook,
         Kube,
         Query,
+        Transport,
         connect,
         gather_limited,
         split_lines,
     )
+    from trainjobs.kube.kubeconfig import KubeconfigError
     from trainjobs.kube.listwatch import ListWatch, WatchEvent
     from trainjobs.kube.resources import (
         BY_API_KIND,
@@ -69,10 +73,12 @@ if TYPE_CHECKING:
         job_resource,
     )
 
-#: The names whose module loads on first use: kubernetes-asyncio (api), pydantic (resources).
+#: The names whose module loads on first use: aiohttp and orjson (api), yaml (kubeconfig),
+#: pydantic (resources).
 _LAZY = {
-    **dict.fromkeys(("LIST_PAGE_SIZE", "ErrorHook", "Kube", "Query", "connect",
+    **dict.fromkeys(("LIST_PAGE_SIZE", "ErrorHook", "Kube", "Query", "Transport", "connect",
                      "gather_limited", "split_lines"), "api"),
+    "KubeconfigError": "kubeconfig",
     **dict.fromkeys(("ListWatch", "WatchEvent"), "listwatch"),
     **dict.fromkeys(("BY_API_KIND", "BY_KIND", "DEPLOYMENTS", "EVENTS", "LEASES", "PODS",
                      "SERVICES", "Resource", "job_resource"), "resources"),
@@ -109,10 +115,12 @@ __all__ = [
     "ApiTooManyRequests",
     "ErrorHook",
     "Kube",
+    "KubeconfigError",
     "ListWatch",
     "Query",
     "Reachability",
     "Resource",
+    "Transport",
     "WatchDropped",
     "WatchEvent",
     "api_error",

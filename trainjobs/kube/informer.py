@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -128,5 +129,7 @@ class Informer(Generic[T]):
 
 
 def _key(obj: dict[str, Any]) -> Key:
+    """(namespace, name); the namespace interned: one string for every object cached in it,
+    not one per object."""
     meta = obj.get("metadata") or {}
-    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+    return (sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", "")))

@@ -28,7 +28,6 @@ from trainjobs.api.models import (
     JobStatus,
     ObjectMeta,
     OwnedObjectStatus,
-    job_manager,
 )
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
 from trainjobs.core.planner import Plan, PlanInputs, PlannerSettings, plan
@@ -61,6 +60,7 @@ from trainjobs.operator.cache import (
     JobEntry,
     OwnedEntry,
     OwnerIndex,
+    PackedJob,
     PackedRender,
     job_key,
     reduce_job,
@@ -202,7 +202,7 @@ class Controller:
             self.kueue.forget(key)
 
     def _count_state(self, entry: JobEntry, delta: int) -> None:
-        state = str((entry.raw.get("status") or {}).get("state") or "Pending")
+        state = str(entry.status.get("state") or "Pending")
         self._state_counts[(entry.kind, state)] += delta
         metrics.JOBS.labels(kind=entry.kind, state=state).set(
             self._state_counts[(entry.kind, state)])
@@ -308,10 +308,11 @@ class Controller:
         limit = ReplicaLimit(self.settings.max_replicas_per_job,
                              "this operator (--max-replicas-per-job)")
         try:
-            job = await _cpu(_replica_count(entry.raw) > OFFLOAD_REPLICAS, functools.partial(
+            raw = entry.raw
+            job = await _cpu(_replica_count(raw) > OFFLOAD_REPLICAS, functools.partial(
                 parse_job, controller_config=self.settings.controller_config),
-                entry.raw, self.plugins, key, limit)
-            parsed = Parsed(entry.generation, entry.uid, job, None)
+                raw, self.plugins, key, limit)
+            parsed = Parsed(entry.generation, entry.uid, PackedJob.pack(job), None)
         except SpecInvalid as exc:
             parsed = Parsed(entry.generation, entry.uid, None, None, exc)
         mem.parsed = parsed
@@ -342,7 +343,7 @@ class Controller:
                 await self.kueue.orphans(key)  # a Workload whose job is gone
             return
         entry = mem.entry
-        manager = job_manager(entry.raw.get("spec"))
+        manager = entry.manager
         elsewhere = manager != MANAGED_BY_OPERATOR
         if not elsewhere and self.settings.multikueue_manager:
             if not mem.managed_elsewhere:
@@ -365,15 +366,16 @@ class Controller:
             if manager != MANAGED_BY_MULTIKUEUE or self.kueue is None:
                 return
         parsed = await self._parse(key, mem)
-        status = JobStatus.model_validate(entry.raw.get("status") or {})
-        if parsed.job is None:
+        status = JobStatus.model_validate(entry.status)
+        validated = parsed.job
+        if validated is None:
             if not elsewhere:
                 await self._fail_invalid(mem, key, entry, status, parsed.error)
             return
-        deleted = entry.raw["metadata"].get("deletionTimestamp")
-        job = parsed.job.model_copy(update={
+        deleted = entry.meta.get("deletionTimestamp")
+        job = validated.model_copy(update={
             "status": status,
-            "metadata": parsed.job.metadata.model_copy(update={"deletion_timestamp": deleted}),
+            "metadata": validated.metadata.model_copy(update={"deletion_timestamp": deleted}),
         })
         framework = self._framework(job.kind)
         finished = is_finished(status)
@@ -634,9 +636,8 @@ class Controller:
         if current_condition(status) is ConditionType.FAILED:
             return  # (it failed already: an invalid spec is written once)
         message = "; ".join(str(e) for e in error.errors) if error else "invalid job"
-        meta = entry.raw["metadata"]
-        job = Job(apiVersion=str(entry.raw.get("apiVersion") or ""), kind=entry.kind,
-                  metadata=ObjectMeta.model_validate(meta),
+        job = Job(apiVersion=entry.api_version, kind=entry.kind,
+                  metadata=ObjectMeta.model_validate(entry.meta),
                   spec=JobSpec.model_construct(replica_specs={}), status=status)
         await self._fail(mem, key, job, "InvalidSpec", message)
 
@@ -758,9 +759,8 @@ def _not_newer(new: JobEntry, current: JobEntry) -> bool:
     if new.uid != current.uid:
         return False
     try:
-        return int(new.raw["metadata"]["resourceVersion"]) <= \
-            int(current.raw["metadata"]["resourceVersion"])
-    except (KeyError, ValueError):
+        return int(new.resource_version) <= int(current.resource_version)
+    except ValueError:
         return False
 
 

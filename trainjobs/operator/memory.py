@@ -17,22 +17,27 @@ from trainjobs.api.models import Job
 from trainjobs.core.observed import GonePod
 from trainjobs.errors import SpecInvalid
 from trainjobs.operator.backoff import CreateGate
-from trainjobs.operator.cache import JobEntry, PackedRender
+from trainjobs.operator.cache import JobEntry, PackedJob, PackedRender
 
 __all__ = ["Expectations", "JobMemory", "Parsed"]
 
 
 @dataclass(slots=True)
 class Parsed:
-    """The validated job of one generation (validation is the costly part), and its rendering."""
+    """The validated job of one generation (validation is the costly part), and its rendering,
+    both kept packed (`job` unpacks a fresh model)."""
 
     generation: int
     uid: str
-    job: Job | None
+    packed: PackedJob | None
     desired: PackedRender | None
     error: SpecInvalid | None = None
     # The attempt `desired` was rendered for (kinds whose replicas restart together).
     attempt: int = 0
+
+    @property
+    def job(self) -> Job | None:
+        return None if self.packed is None else self.packed.unpack()
 
 
 class Expectations:

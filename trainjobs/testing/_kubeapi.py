@@ -4,12 +4,12 @@ Start-up needs a handful of calls (``/readyz``, create nodes, read a namespace):
 HTTPS client with the admin certificate does them without spawning ``kubectl`` (~100 ms
 each) and without an event loop, so the CLI and a synchronous pytest fixture share it.
 
-Why not the transport's `Kube` (trainjobs/kube): that one is asynchronous and imports
-kubernetes-asyncio (seconds), and the harness is synchronous and starts in a fraction of a
-second. What it shares with the transport is what a caller acts on: `call` answers with the
-transport's typed errors (`trainjobs.kube.errors`: `ApiNotFound`, `ApiConflict`, ...,
-`ApiConnectionError` when nothing answered), chosen by the same `api_error`, so the harness
-and the operator classify an answer alike. `request` (the raw status and body) stays for the
+Why not the transport's `Kube` (trainjobs/kube): that one is asynchronous (aiohttp), and the
+harness is synchronous and starts in a fraction of a second. What it shares with the
+transport is what a caller acts on: `call` answers with the transport's typed errors
+(`trainjobs.kube.errors`: `ApiNotFound`, `ApiConflict`, ..., `ApiConnectionError` when nothing
+answered), chosen by the same `api_error`, so the harness and the operator classify an answer
+alike. `request` (the raw status and body) stays for the
 tests that assert on a status.
 """
 
