@@ -7,6 +7,7 @@ Why a program of its own: the scale benchmark reports the operator's RSS at 20,0
 says where that memory goes, so a change to the caches can be judged in seconds.
 
     python -m bench.memory                  # 1,000 TfJobs, Chief + 3 Workers
+    python -m bench.memory --peak 5000      # RSS with 5,000 active jobs' objects held
 
 An older checkout's operator is measured by the same program with its tree first on the path:
     PYTHONSAFEPATH=1 PYTHONPATH=<dir holding only bench/>:<old checkout> <its venv>/bin/python \
@@ -97,12 +98,54 @@ def api_object(manifest: dict[str, Any], i: int) -> dict[str, Any]:
     return obj
 
 
+def rss_mb() -> float:
+    return int(next(line for line in open("/proc/self/status")
+                    if line.startswith("VmRSS")).split()[1]) / 1024
+
+
+def peak(n: int, workers: int) -> None:
+    """The peak of a scale run in one process, no cluster: `n` active TfJobs and their pods
+    and Services, each decoded from JSON text as a watch delivers it, reduced, validated and
+    packed by the operator's own code, all held at once. Prints RSS after the imports and
+    with everything held."""
+    import trainjobs.cli
+    import trainjobs.operator.main  # noqa: F401  (what the operator imports)
+    from trainjobs.kube import api as transport
+
+    loads = getattr(transport, "orjson", json).loads  # the operator's decoder
+    print(f"  RSS after the imports {rss_mb():.1f} MB")
+    plugins, framework, containers = tfjob_framework()
+    held: list[Any] = []
+    for i in range(n):
+        entry = reduce_job(loads(json.dumps(api_job(i, workers))))
+        job = parse_job(entry.raw, plugins, f"TfJob/bench/job-{i}", controller_config={})
+        rendered = render_job(job, framework, plugins, backend="kubernetes",
+                              controller_config={})
+        kept = cache.PackedJob.pack(job) if hasattr(cache, "PackedJob") else job
+        held += [entry, kept, PackedRender.pack(rendered)]
+        for kind, objs in (("Pod", rendered.pods), ("Service", rendered.services)):
+            for k, m in enumerate(objs.values()):
+                obj = loads(json.dumps(api_object(m, i * 100 + k)))
+                held.append(reduce_owned(obj, kind, containers))
+    gc.collect()
+    print(f"  RSS with {n} active TfJobs and their {len(held) - 3 * n} pods and Services "
+          f"held: {rss_mb():.1f} MB")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--workers", type=int, default=3, help="Workers per job besides the Chief")
+    p.add_argument("--peak", type=int, default=0, metavar="N",
+                   help="instead: the RSS of N active jobs and their objects held in a fresh "
+                        "interpreter (the peak of bench.scale's population, without a cluster)")
     args = p.parse_args(argv)
+    if args.peak:
+        print(f"Peak, simulated ({args.peak} TfJobs, Chief + {args.workers} Workers):")
+        subprocess.run([sys.executable, "-c", "import bench.memory as m; "
+                        f"m.peak({args.peak}, {args.workers})"], check=True)
+        return 0
     plugins, framework, containers = tfjob_framework()
 
     print("RSS after import (fresh interpreter):")
