@@ -334,8 +334,8 @@ def test_a_worker_lost_past_worker_lost_timeout(
        and all, copies A's status to the manager, and cannot move the manager's Workload's
        clusterName (immutable), which keeps naming B.
     The Workers run for 10 minutes, so that no step depends on how fast the machine is; the
-    test ends with A's copy's pods Running and the manager showing A's copy's status. The rounds that saw
-    both running are printed and must end once B's pods are gone."""
+    test ends with A's copy's pods Running and the manager showing A's copy's status. The
+    rounds that saw both running are printed and must end once B's pods are gone."""
     run = Run(multi_cluster, namespace, tmp_path)
     ns, manager = namespace, multi_cluster.plane("manager")
     try:
