@@ -400,3 +400,39 @@ def test_pods_that_never_get_ready_are_evicted_by_wait_for_pods_ready(
         assert status["replicaStatuses"]["Worker"]["restarts"] == 0
         ns.wait_event("stuck", "Evicted")
         assert not queue.operator.problems()
+
+
+def test_manage_jobs_without_queue_name_in_the_selected_namespaces(
+        queue: Queue, operators: Operators) -> None:
+    """Kueue's manageJobsWithoutQueueName for the operator: with
+    --manage-jobs-without-queue-name and a namespace selector, an unlabelled job in a
+    namespace the selector does not match runs as without Kueue (no Workload); once the
+    namespace matches, an unlabelled job gets a Workload with no queue name and waits Queued
+    with no pod, and given a queue it is admitted (the flavor on its pod) and Succeeds."""
+    ns = queue.ns
+    queue.operator.stop()
+    op = operators.start("--manage-jobs-without-queue-name", "--managed-jobs-namespace-selector",
+                         "trainjobs-test/kueue=managed", name="unlabelled")
+
+    def unlabelled(name: str) -> dict[str, Any]:
+        return ns.create(job("TfJob", name, {"Worker": replica(
+            "TfJob", 1, exit_code=0, run="2s", resources={"requests": {"cpu": "1"}})}))
+
+    free = unlabelled("free")
+    assert ns.wait_finished("TfJob", "free", timeout=60)["state"] == "Succeeded"
+    assert not queue.workloads(free["metadata"]["uid"])
+
+    ns.plane.kubectl("label", "namespace", ns.name, "trainjobs-test/kueue=managed")
+    held = unlabelled("held")
+    (wl,) = wait_for(lambda: queue.workloads(held["metadata"]["uid"]),
+                     "the unlabelled job's Workload", timeout=60)
+    assert not wl["spec"].get("queueName")
+    ns.wait_state("TfJob", "held", "Queued", timeout=60)
+    assert not ns.pods("held")
+    ns.kubectl("label", "tfjob", "held", f"{QUEUE_LABEL}=queue")
+    status = ns.wait_finished("TfJob", "held", timeout=90)
+    assert status["state"] == "Succeeded", status
+    assert [n for n in ns.scheduled() if n.startswith("held-")] == ["held-worker-0"]
+    (wl,) = queue.workloads(held["metadata"]["uid"])
+    assert wl["spec"]["queueName"] == "queue"
+    assert not op.problems()

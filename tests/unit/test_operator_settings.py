@@ -154,3 +154,19 @@ def test_the_core_names_no_plugin_key() -> None:
         text = path.read_text()
         for key in (gang.CONFIG_KEY, tf_ps_server.CONFIG_KEY, "accelerators"):
             assert f'"{key}"' not in text, f"{path.name} names the plugin key {key!r}"
+
+
+def test_kueue_manage_jobs_without_queue_name_and_its_namespace_selector() -> None:
+    off = settings().controller.kueue
+    assert not off.manage_jobs_without_queue_name
+    # Kueue's default selector: every namespace but kube-system and kueue-system.
+    assert off.managed_jobs_namespace_selector.matches({"kubernetes.io/metadata.name": "ml"})
+    assert not off.managed_jobs_namespace_selector.matches(
+        {"kubernetes.io/metadata.name": "kube-system"})
+    on = settings("--manage-jobs-without-queue-name",
+                  "--managed-jobs-namespace-selector", "team in (ml, research)").controller.kueue
+    assert on.manage_jobs_without_queue_name
+    assert on.managed_jobs_namespace_selector.matches({"team": "ml"})
+    assert not on.managed_jobs_namespace_selector.matches({"team": "web"})
+    with pytest.raises(TrainjobsError, match=r"--managed-jobs-namespace-selector: .*cannot parse"):
+        settings("--managed-jobs-namespace-selector", "team in ml")

@@ -20,6 +20,7 @@ __all__ = [
     "COND_PODS_READY",
     "COND_QUOTA_RESERVED",
     "COND_REQUEUED",
+    "DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR",
     "DEFAULT_PRIORITY",
     "FINALIZER_RESOURCE_IN_USE",
     "GROUP",
@@ -78,3 +79,8 @@ COND_PODS_READY = "PodsReady"
 COND_REQUEUED = "Requeued"
 CHECK_STATE_READY = "Ready"
 CHECK_STATE_PENDING = "Pending"
+
+#: Kueue's default managedJobsNamespaceSelector (apis/config/v1beta2/defaults.go:124, Kueue's
+#: own namespace at its default, kueue-system), in label-selector string form.
+DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR = (
+    "kubernetes.io/metadata.name notin (kube-system,kueue-system)")

@@ -25,6 +25,7 @@ from typing import Any
 from trainjobs.api.models import Job
 from trainjobs.core.admission import Admission, Eviction, PodSetConflict, merge_into_pod
 from trainjobs.core.render import LABEL_JOB_NAME
+from trainjobs.kube.selector import LabelSelector, parse_selector
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.admission import FlavorNotFound, pod_set_changes, waiting_reason
 from trainjobs.kueue.conditions import (
@@ -62,8 +63,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class KueueSettings:
-    # Kueue's manageJobsWithoutQueueName: jobs without the queue label are managed too.
+    # Kueue's manageJobsWithoutQueueName: jobs without the queue label are managed too (in
+    # the namespaces `managed_jobs_namespace_selector` matches; the operator checks that).
     manage_jobs_without_queue_name: bool = False
+    # Kueue's managedJobsNamespaceSelector: which namespaces' unlabelled jobs are managed.
+    managed_jobs_namespace_selector: LabelSelector = field(
+        default_factory=lambda: parse_selector(k.DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR))
     # Write the PodsReady condition (reconciler.go:547 does it when Kueue's
     # waitForPodsReady is enabled; the operator cannot read Kueue's Configuration, and the
     # condition is harmless otherwise).
@@ -458,5 +463,7 @@ def decide(state: JobState, owned: Sequence[Workload], flavors: Mapping[str, Res
         if wl.is_true(k.COND_QUOTA_RESERVED) and admission.reason == "AdmissionChecksPending":
             p.events.append(("UpdatedAdmissionCheck", admission.message[:1024]))
         if wl.spec.queue_name != queue_name(job):  # QueueNameChange (reconciler.go:753)
-            return p.step(admission, _spec_patch(wl, {"queueName": queue_name(job)}), wl=wl)
+            # (A label removed: the field goes, the CRD refuses an empty queue name.)
+            return p.step(admission, _spec_patch(wl, {"queueName": queue_name(job) or None}),
+                          wl=wl)
     return p.step(admission, wl=wl)  # 8 (reconciler.go:654): NotAdmitted stop, or running

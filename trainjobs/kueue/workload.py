@@ -268,11 +268,9 @@ def build_workload(job: Job, pod_sets: Sequence[PodSet],
     }
     if annotations:
         meta["annotations"] = annotations
-    spec: dict[str, Any] = {
-        "podSets": [p.to_api() for p in pod_sets],
-        "queueName": queue_name(job),
-        **priority.spec(),
-    }
+    spec: dict[str, Any] = {"podSets": [p.to_api() for p in pod_sets], **priority.spec()}
+    if queue_name(job):  # none for an unlabelled job (manageJobsWithoutQueueName): omitempty
+        spec["queueName"] = queue_name(job)
     max_exec = maximum_execution_time_seconds(job)
     if max_exec is not None:
         spec["maximumExecutionTimeSeconds"] = max_exec

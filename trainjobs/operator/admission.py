@@ -83,14 +83,20 @@ WORKLOAD_PRIORITY_CLASSES = Resource("WorkloadPriorityClass", "workloadpriorityc
                                      k.GROUP, k.VERSION)
 PRIORITY_CLASSES = Resource("PriorityClass", "priorityclasses", "scheduling.k8s.io", "v1")
 CLUSTER_WIDE = (RESOURCE_FLAVORS, WORKLOAD_PRIORITY_CLASSES, PRIORITY_CLASSES)
+#: Watched only with manageJobsWithoutQueueName (their labels decide which namespaces'
+#: unlabelled jobs Kueue manages).
+NAMESPACES = Resource("Namespace", "namespaces")
 _T = TypeVar("_T")
 _ACTIVE = (PodPhase.PENDING, PodPhase.RUNNING, PodPhase.UNKNOWN)
 
 
-def watched(namespaces: Sequence[str | None]) -> list[tuple[Resource, str | None]]:
+def watched(namespaces: Sequence[str | None], namespaces_too: bool = False
+            ) -> list[tuple[Resource, str | None]]:
     """What the integration watches (one informer each), in order: its Workloads in every
-    watched namespace, then ResourceFlavors, WorkloadPriorityClasses and PriorityClasses."""
-    return [*((WORKLOADS, ns) for ns in namespaces), *((res, None) for res in CLUSTER_WIDE)]
+    watched namespace, then ResourceFlavors, WorkloadPriorityClasses and PriorityClasses, and
+    with manageJobsWithoutQueueName (`namespaces_too`) the Namespaces."""
+    return [*((WORKLOADS, ns) for ns in namespaces), *((res, None) for res in CLUSTER_WIDE),
+            *([(NAMESPACES, None)] if namespaces_too else [])]
 
 
 async def _until_answered(what: str, ask: Callable[[], Awaitable[_T]],
@@ -123,14 +129,15 @@ async def discover(kube: Kube, sleep: Callable[[float], Any] = asyncio.sleep) ->
 
 
 async def refused(kube: Kube, namespaces: Sequence[str | None],
-                  sleep: Callable[[float], Any] = asyncio.sleep) -> str | None:
+                  sleep: Callable[[float], Any] = asyncio.sleep,
+                  namespaces_too: bool = False) -> str | None:
     """Why this operator may not read what the integration watches, or None when it may.
 
     Kueue being served does not mean the operator's account was granted its objects (the
     chart's `kueue.enabled` adds that RBAC): an informer refused with 403 would never sync and
     the operator would never be ready, stalling every job. One small list per watched
     resource tells the two apart at start (asked until it answers, as `discover`)."""
-    for res, ns in watched(namespaces):
+    for res, ns in watched(namespaces, namespaces_too):
         async def ask(res: Resource = res, ns: str | None = ns) -> str | None:
             try:
                 async for _ in kube.list_pages(res, ns, limit=1):
@@ -164,6 +171,10 @@ def _parsed(parse: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]]
     return transform
 
 
+def _namespace_labels(obj: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in ((obj.get("metadata") or {}).get("labels") or {}).items()}
+
+
 def _owner_key(wl: Workload) -> str | None:
     owner = wl.metadata.controller()
     return f"{owner.kind}/{wl.metadata.namespace}/{owner.name}" if owner else None
@@ -173,10 +184,14 @@ class Queueing:
     """The Kueue side of the controller (one per operator, when Kueue is served)."""
 
     def __init__(self, kube: Kube, namespaces: Sequence[str | None], events: EventRecorder,
-                 enqueue: Callable[[str], None], settings: KueueSettings | None = None) -> None:
+                 enqueue: Callable[[str], None], settings: KueueSettings | None = None,
+                 on_namespace: Callable[[str], None] | None = None) -> None:
         self.kube, self.events = kube, events
         self.settings = settings or KueueSettings()
         self._enqueue = enqueue
+        self._on_namespace_changed = on_namespace
+        # Namespace name -> its labels (only with manageJobsWithoutQueueName).
+        self.namespace_labels: dict[str, dict[str, str]] = {}
         # Job keys whose last pass asked to run again with back-off (see `take_retry`).
         self._retry: set[str] = set()
         # (resource plural, name) -> the job keys waiting for that object to appear, and
@@ -199,6 +214,9 @@ class Queueing:
             Informer(kube, res, ns, _parsed(parse), on_change, label_selector=selector)
             for res, ns in watched(namespaces)
             for parse, on_change, selector in (handlers[res],)]
+        if self.settings.manage_jobs_without_queue_name:
+            self.informers.append(Informer(kube, NAMESPACES, None, _namespace_labels,
+                                           self._on_namespace))
 
     # Cache events -----------------------------------------------------------------------
 
@@ -248,6 +266,29 @@ class Queueing:
             self._pod_classes[key[1]] = new
             self._arrived(PRIORITY_CLASSES.plural, key[1])
 
+    def _on_namespace(self, etype: str, key: Key, new: dict[str, str] | None,
+                      old: dict[str, str] | None) -> None:
+        if new is None:
+            self.namespace_labels.pop(key[1], None)
+        else:
+            self.namespace_labels[key[1]] = new
+        if self._on_namespace_changed is not None:
+            self._on_namespace_changed(key[1])
+
+    def manages(self, job: Job) -> bool:
+        """Whether Kueue manages `job` (reconciler.go:364-389, and Kueue's documented
+        managedJobsNamespaceSelector for non-pod integrations): a job labelled for a queue
+        always; an unlabelled one only with manageJobsWithoutQueueName and in a namespace the
+        selector matches (a namespace not in the cache: not managed, as Kueue's "Namespace
+        not found")."""
+        if queue_name(job):
+            return True
+        if not self.settings.manage_jobs_without_queue_name:
+            return False
+        labels = self.namespace_labels.get(job.namespace)
+        return labels is not None and self.settings.managed_jobs_namespace_selector.matches(
+            labels)
+
     # Waiting for missing objects --------------------------------------------------------
 
     def _wait_for(self, key: str, missing: MissingObject | None) -> None:
@@ -296,8 +337,8 @@ class Queueing:
                     pods: Sequence[ObservedPod]) -> Admission | None:
         """One pass of Kueue's job reconciler for `job`: its one write performed, and the
         `Admission` the planner must obey (None: Kueue does not manage the job)."""
-        if not queue_name(job) and not self.settings.manage_jobs_without_queue_name:
-            return None  # (the one lookup an unlabelled job costs)
+        if not self.manages(job):
+            return None  # (one or two lookups for an unlabelled job)
         if handled_by_kueue(framework.group, framework.kind):
             return None  # Kueue's own integration admits it through runPolicy.suspend
         owned = list(self.by_owner.get(key, {}).values())

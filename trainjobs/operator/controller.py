@@ -52,6 +52,7 @@ from trainjobs.kube import (
 )
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue.constants import LABEL_QUEUE_NAME
+from trainjobs.kueue.reconcile import KueueSettings
 from trainjobs.operator import admission, metrics
 from trainjobs.operator.admission import Queueing, discover, refused
 from trainjobs.operator.backoff import CreateGate
@@ -97,6 +98,8 @@ class ControllerSettings:
     # jobs get their Workload. Why: a job created here without managedBy would run in the
     # manager, whose nodes are not meant for training (docs/multikueue.md).
     multikueue_manager: bool = False
+    # Kueue admission (operator/admission.py): manageJobsWithoutQueueName and its selector.
+    kueue: KueueSettings = field(default_factory=KueueSettings)
 
 
 class NameConflict(Exception):
@@ -193,6 +196,13 @@ class Controller:
         mem.entry = new
         self.queue.add(jkey)
 
+    def _namespace_changed(self, namespace: str) -> None:
+        """A namespace's labels changed (Kueue's managedJobsNamespaceSelector may now select
+        it or not): its jobs are reconciled again."""
+        for key in self.memory:
+            if key.split("/", 2)[1] == namespace:
+                self.queue.add(key)
+
     def _forget(self, key: str) -> None:
         """The job is gone: drop everything remembered about it (one place, one object)."""
         mem = self.memory.pop(key, None)
@@ -237,7 +247,8 @@ class Controller:
     async def _kueue_refused(self) -> bool:
         """Whether Kueue is served but this operator may not read its objects: then the
         integration stays off, said once, rather than never becoming ready."""
-        why = await refused(self.kube, self._namespaces)
+        why = await refused(self.kube, self._namespaces,
+                            namespaces_too=self.settings.kueue.manage_jobs_without_queue_name)
         if why is not None:
             log.warning("Kueue serves Workloads but this operator may not read them (%s): "
                         "Kueue admission is off and jobs labelled %s are not queued; grant "
@@ -249,7 +260,8 @@ class Controller:
         """Start informers, wait for their first lists, then reconcile until cancelled."""
         if self.kueue is None and await discover(self.kube) and \
                 not await self._kueue_refused():
-            self.kueue = Queueing(self.kube, self._namespaces, self.events, self.queue.add)
+            self.kueue = Queueing(self.kube, self._namespaces, self.events, self.queue.add,
+                                  self.settings.kueue, on_namespace=self._namespace_changed)
             self.informers.extend(self.kueue.informers)
             log.info("Kueue serves Workloads: jobs labelled %s are admitted through it",
                      "kueue.x-k8s.io/queue-name")
@@ -372,11 +384,14 @@ class Controller:
             if not elsewhere:
                 await self._fail_invalid(mem, key, entry, status, parsed.error)
             return
-        deleted = entry.meta.get("deletionTimestamp")
+        meta: dict[str, Any] = {"deletion_timestamp": entry.meta.get("deletionTimestamp")}
+        # Labels and annotations change without a new generation (a queue name given to a
+        # queued job, another priority class): the generation's cached parse keeps the old.
+        for name in ("labels", "annotations"):
+            if (entry.meta.get(name) or {}) != getattr(validated.metadata, name):
+                meta[name] = dict(entry.meta.get(name) or {})
         job = validated.model_copy(update={
-            "status": status,
-            "metadata": validated.metadata.model_copy(update={"deletion_timestamp": deleted}),
-        })
+            "status": status, "metadata": validated.metadata.model_copy(update=meta)})
         framework = self._framework(job.kind)
         finished = is_finished(status)
         desired = await self._desired(parsed, job, finished)
@@ -662,7 +677,7 @@ def watches(plugins: PluginManager, settings: ControllerSettings) -> int:
     them with."""
     namespaces: list[str | None] = list(settings.namespaces) or [None]
     return len(_watched(plugins, namespaces, _owned_resources(plugins, settings))) + \
-        len(admission.watched(namespaces))
+        len(admission.watched(namespaces, settings.kueue.manage_jobs_without_queue_name))
 
 
 def _job_resources(plugins: PluginManager) -> list[Resource]:

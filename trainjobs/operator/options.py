@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from trainjobs.api.models import DEFAULT_MAX_REPLICAS_PER_JOB, MAX_REPLICAS
+from trainjobs.kueue.constants import DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR
 
 __all__ = ["add_operator_arguments"]
 
@@ -30,6 +31,18 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
                    help="give every job a PodGroup for this gang scheduler (one the gang "
                         "plugin knows, docs/scheduling.md; overrides the controller config's; "
                         "default: none)")
+    p.add_argument("--manage-jobs-without-queue-name", action="store_true",
+                   help="when Kueue is served, put jobs without the kueue.x-k8s.io/queue-name "
+                        "label behind it too (Kueue's manageJobsWithoutQueueName): they wait, "
+                        "with no pod, until they get a queue and are admitted; only in "
+                        "namespaces --managed-jobs-namespace-selector matches")
+    p.add_argument("--managed-jobs-namespace-selector", metavar="SELECTOR",
+                   default=DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR,
+                   help="label selector of the namespaces whose unlabelled jobs "
+                        "--manage-jobs-without-queue-name manages (Kueue's "
+                        "managedJobsNamespaceSelector; default and Kueue's: "
+                        f"'{DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR}'; '' matches every "
+                        "namespace)")
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--http-address", default="0.0.0.0:8080", metavar="HOST:PORT",

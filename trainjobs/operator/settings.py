@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 from trainjobs.errors import TrainjobsError
+from trainjobs.kube.selector import SelectorError, parse_selector
+from trainjobs.kueue.reconcile import KueueSettings
 from trainjobs.operator.controller import ControllerSettings
 from trainjobs.operator.leader import LeaseSettings
 from trainjobs.plugin.config import ControllerConfig
@@ -79,12 +81,18 @@ def build_settings(args: argparse.Namespace, plugins: PluginManager) -> Operator
     host, _, port = args.http_address.rpartition(":")
     lease = LeaseSettings(args.leader_election_namespace, args.leader_election_id,
                           args.lease_duration, args.renew_deadline, args.retry_period)
+    try:
+        selector = parse_selector(args.managed_jobs_namespace_selector)
+    except SelectorError as exc:
+        raise TrainjobsError(f"--managed-jobs-namespace-selector: {exc}") from None
+    kueue = KueueSettings(manage_jobs_without_queue_name=args.manage_jobs_without_queue_name,
+                          managed_jobs_namespace_selector=selector)
     return OperatorSettings(
         controller=ControllerSettings(
             namespaces=tuple(args.namespace), concurrency=args.concurrency,
             status_coalesce_seconds=args.status_coalesce,
             max_replicas_per_job=args.max_replicas_per_job, controller_config=config,
-            multikueue_manager=args.multikueue_manager),
+            multikueue_manager=args.multikueue_manager, kueue=kueue),
         http=HttpSettings(host or "0.0.0.0", int(port), args.ready_api_timeout),
         lease=lease if args.leader_elect else None,
         kubeconfig=args.kubeconfig, request_timeout=args.request_timeout,
