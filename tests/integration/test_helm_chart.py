@@ -66,6 +66,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "trainjobs"
 GET_HELM = REPO / "scripts" / "get-helm.sh"
 STANDARD_LABELS = ("name", "instance", "version", "component", "part-of", "managed-by")
+KUEUE_RBAC_OFF = "Kueue serves Workloads but this operator may not read them"
 RESTRICTED = {
     f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")
 }
@@ -439,7 +440,11 @@ def run_operator(
         code = operator.stop()
         text = operator.log_text()
         assert code == 0, f"operator exited {code} on SIGTERM:\n{text[-4000:]}"
-    denied = [line for line in text.splitlines() if re.search(r"\b403\b|forbidden", line, re.I)]
+    # With the chart's default kueue.enabled=false on a cluster that serves Kueue (an earlier
+    # test may have installed it), the operator's one warning that Kueue admission is off is the
+    # documented behaviour, not a refused call of its work.
+    denied = [line for line in text.splitlines()
+              if re.search(r"\b403\b|forbidden", line, re.I) and KUEUE_RBAC_OFF not in line]
     assert not denied, "the operator was refused API calls:\n" + "\n".join(denied[:20])
 
 
