@@ -11,7 +11,7 @@ Two ways to get an operator:
     The test's own namespace, watched by one operator shared by the tests of the module that
     use ``op_ns``: started once with a ``--namespace`` for each of their namespaces (known
     before they exist), so that tests of reconcile behaviour do not each pay the operator's
-    start-up (importing kubernetes-asyncio costs seconds of CPU). Jobs still never see each
+    start-up (imports, lists of every watched kind, readiness). Jobs still never see each
     other: each test has its namespace. At the end of the module the shared operator must stop
     cleanly (SIGTERM -> 0) and must not have logged errors.
 """
