@@ -273,6 +273,11 @@ class Run:
         if self.down is not None:  # the test failed during the outage: end it for teardown
             self.down.recover("kube-apiserver", timeout=120)
         self.sampler.stop()
+        # Deleted while the operators run: they release Kueue's finalizer on the Workloads
+        # (otherwise the queues' deletion waits for good).
+        for plane in self.clusters.planes:
+            plane.kubectl("delete", "mxjobs.trainjobs.io", "--all", "-n", self.ns,
+                          "--wait=true", check=False, timeout=90)
         timeline = self.sampler.timeline()
         (self.tmp / "timeline.txt").write_text(timeline + "\n")
         print(f"timeline ({self.tmp / 'timeline.txt'}):\n{timeline}")
@@ -378,7 +383,9 @@ def test_a_worker_lost_past_worker_lost_timeout(
     assert grace and all((s.running.get(other) or 0) == 0 and not s.evicted
                          and s.cluster_name == lost for s in grace), timeline
     assert t_moved - t_kill >= WORKER_LOST_TIMEOUT, timeline
-    assert any(s.evicted for s in samples if s.t > t_kill + WORKER_LOST_TIMEOUT - 1), timeline
+    # Evicted is True only for a moment (requeued at once): its trace is the check's message.
+    assert any(s.evicted or "after eviction" in (s.check or "") for s in samples
+               if s.t > t_kill + WORKER_LOST_TIMEOUT - 1), timeline
     assert samples[-1].cluster_name == other, timeline  # Kueue could not move it back to A
     both = _overlaps(samples, lost, other)
     print(f"kill {t_kill:.1f}s, {other} running {t_moved:.1f}s, {lost} back {t_back:.1f}s, "
