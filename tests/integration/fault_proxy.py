@@ -122,6 +122,8 @@ class FaultProxy:
             self._slow[(method, name_prefix)] = seconds
 
     def hold(self, method: str, name_prefix: str) -> None:
+        """Hold the pod writes whose object name starts with `name_prefix` (pods only: a
+        job's Service has its pod's name, and two held requests of one name would collide)."""
         with self._lock:
             self._slow[(method, name_prefix)] = None
 
@@ -276,6 +278,8 @@ class FaultProxy:
                          if method == request.method and name.startswith(prefix)), None)
             if rule is None:
                 return True
+            if rule[1] is None and "/pods" not in request.path:
+                return True  # holds are for pods (see `hold`)
             if rule[1] is None:
                 future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
                 self._held[name] = (future, decoded)
