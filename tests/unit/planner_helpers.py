@@ -18,7 +18,14 @@ from typing import Any
 from trainjobs.api.models import ConditionType, Job, JobStatus
 from trainjobs.core.admission import Admission
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase, attempt_of
-from trainjobs.core.planner import EXCLUSIVE_CONDITIONS, Plan, PlanInputs, PlannerSettings, plan
+from trainjobs.core.planner import (
+    EXCLUSIVE_CONDITIONS,
+    KindRules,
+    Plan,
+    PlanInputs,
+    PlannerSettings,
+    plan,
+)
 from trainjobs.core.render import (
     ANNOTATION_REPLICAS,
     LABEL_REPLICA_INDEX,
@@ -127,8 +134,8 @@ class World:
         return plan(job, self.desired, inputs,
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
                     settings=self.settings,
-                    restart_together=self.framework.replicas_restart_together,
-                    suspend_style=self.framework.suspend_style)
+                    kind=KindRules(self.framework.replicas_restart_together,
+                                   self.framework.suspend_style))
 
     def apply(self, p: Plan) -> Plan:
         """Carry out a plan the way a backend would."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from trainjobs.core.planner import Plan, PlanInputs, plan
+from trainjobs.core.planner import KindRules, Plan, PlanInputs, plan
 
 from .planner_helpers import World, c2_doc, tf_doc
 
@@ -15,7 +15,7 @@ def _plan(w: World, **changes: Any) -> Plan:
     inputs = PlanInputs(list(w.pods.values()), set(w.services), set(w.extras), now=w.now)
     return plan(w.job, w.desired, replace(inputs, **changes),
                 succeeded=lambda o: w.plugins.job_succeeded(w.job, w.framework, o),
-                restart_together=w.framework.replicas_restart_together)
+                kind=KindRules(w.framework.replicas_restart_together))
 
 
 def test_held_creates_wait_and_the_status_is_what_it_would_be() -> None:

@@ -72,6 +72,17 @@ class PlannerSettings:
 
 
 @dataclass(frozen=True)
+class KindRules:
+    """What the job's kind (its `Framework`) tells the planner, as one value, so that a new
+    per-kind rule is one field here, not a parameter on every path. `restart_together`:
+    `Framework.replicas_restart_together`; `suspend_style`: `Framework.suspend_style`
+    ("batch" as batch/v1 Jobs, "kubeflow" as training-operator)."""
+
+    restart_together: bool = False
+    suspend_style: str = "batch"
+
+
+@dataclass(frozen=True)
 class Event:
     """A Kubernetes Event (or a local log line) the backend should emit."""
 
@@ -238,18 +249,15 @@ def plan(
     inputs: PlanInputs,
     succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
     settings: PlannerSettings = PlannerSettings(),
-    restart_together: bool = False,
-    suspend_style: str = "batch",
+    kind: KindRules = KindRules(),
 ) -> Plan:
     """Decide the next actions and the status for `job`.
 
     `desired` is the job rendered by the plugins; `inputs` what the backend knows of it (see
-    `PlanInputs`); `succeeded` the kind's success rule; `restart_together` the kind's
-    `Framework.replicas_restart_together`, `suspend_style` its `Framework.suspend_style`.
+    `PlanInputs`); `succeeded` the kind's success rule; `kind` its other rules (`KindRules`).
     """
-    decision = _decide(job, desired, inputs, succeeded, settings, restart_together,
-                       suspend_style)
-    if restart_together:
+    decision = _decide(job, desired, inputs, succeeded, settings, kind)
+    if kind.restart_together:
         decision.owe = inputs.owed | {p["metadata"]["name"] for p in decision.create_pods}
     if inputs.creates_held > 0 and (decision.create_pods or decision.create_services or
                                     decision.create_extras):
@@ -265,8 +273,7 @@ def _decide(
     inputs: PlanInputs,
     succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
     settings: PlannerSettings,
-    restart_together: bool,
-    suspend_style: str = "batch",
+    kind: KindRules,
 ) -> Plan:
     """The plan, as if every create the backend is asked for could be made now: one of four
     paths (finished, suspended, queued, running) fills it, and its status is built once."""
@@ -275,7 +282,7 @@ def _decide(
         return Plan(status=old)
     state = _State(job, inputs.now or datetime.now(UTC), Plan(), _Status.of(old),
                    lost_causes=inputs.lost_causes, create_refused=inputs.create_refused,
-                   suspend_style=suspend_style,
+                   suspend_style=kind.suspend_style,
                    counted=frozenset(old.counted_failures),
                    recreations=_restart_totals(old))
     for key in job.spec.replica_specs:
@@ -286,11 +293,11 @@ def _decide(
     if is_finished(old):
         _finish(state, inputs, settings)
     elif job.spec.run_policy.suspend:
-        _suspend(state, inputs, restart_together, settings)
+        _suspend(state, inputs, kind.restart_together, settings)
     elif inputs.admission is not None and not inputs.admission.admitted:
-        _queue(state, inputs, inputs.admission, restart_together, settings)
+        _queue(state, inputs, inputs.admission, kind.restart_together, settings)
     else:
-        _run(state, desired, inputs, succeeded, settings, restart_together)
+        _run(state, desired, inputs, succeeded, settings, kind.restart_together)
     state.plan.status = state.status.built(old, job.metadata.generation)
     return state.plan
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from trainjobs.api.models import ConditionType, Job
 from trainjobs.core.observed import PodPhase
-from trainjobs.core.planner import Plan, PlanInputs, plan
+from trainjobs.core.planner import KindRules, Plan, PlanInputs, plan
 from trainjobs.core.render import RenderedJob, expected_replicas, render_job
 from trainjobs.core.status import current_condition, is_finished
 from trainjobs.core.validation import load_job_file
@@ -142,7 +142,8 @@ class LocalRun:
                             PlanInputs(pods, self.services, self.extras),
                             lambda outcomes: self.plugins.job_succeeded(
                                 self.job, self.framework, outcomes),
-                            restart_together=self.framework.replicas_restart_together)
+                            kind=KindRules(self.framework.replicas_restart_together,
+                                           self.framework.suspend_style))
             for event in decision.events:
                 self.console.note(f"{event.reason}: {event.message}")
             attempt = self.job.status.attempt

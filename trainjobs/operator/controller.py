@@ -30,7 +30,7 @@ from trainjobs.api.models import (
     OwnedObjectStatus,
 )
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
-from trainjobs.core.planner import Plan, PlanInputs, PlannerSettings, plan
+from trainjobs.core.planner import KindRules, Plan, PlanInputs, PlannerSettings, plan
 from trainjobs.core.render import RenderedJob, Rendering
 from trainjobs.core.status import current_condition, failed, is_finished, must_write_now
 from trainjobs.core.validation import ReplicaLimit, parse_job
@@ -414,8 +414,8 @@ class Controller:
                             owed=owed, admission=admission, now=self.clock.now())
         decision = await _cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
-                plan, settings=self.planner_settings, restart_together=together,
-                suspend_style=framework.suspend_style),
+                plan, settings=self.planner_settings,
+                kind=KindRules(together, framework.suspend_style)),
             job, desired, inputs,
             lambda outcomes: self.plugins.job_succeeded(job, framework, outcomes))
         if together:
