@@ -5,10 +5,11 @@ stands for, what is forgotten with a deleted job, and a name someone else holds.
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
-from trainjobs.kube import PODS, ApiForbidden
+from trainjobs.kube import PODS, ApiForbidden, NamespaceTerminating, api_error
 from trainjobs.operator.cache import reduce_job
 
 from .controller_harness import NS, TFJOBS, Harness, running_controller
@@ -147,6 +148,40 @@ async def test_the_create_gate_holds_creates_while_a_quota_refuses_them() -> Non
         await h.reconcile("tf")
         created = next(c for c in h.status()["conditions"] if c["type"] == "Created")
         assert created["reason"] == "JobCreated"
+
+
+# What kube-apiserver's NamespaceLifecycle admission answers for a create in a namespace that is
+# being deleted (k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle).
+TERMINATING = json.dumps({
+    "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+    "message": f'pods "tf-worker-1" is forbidden: unable to create new content in namespace {NS} '
+               "because it is being terminated",
+    "details": {"name": "tf-worker-1", "kind": "pods", "causes": [
+        {"reason": "NamespaceTerminating", "message": f"namespace {NS} is being terminated",
+         "field": "metadata.namespace"}]}})
+RBAC = ('pods "tf-worker-1" is forbidden: User "system:serviceaccount:ops:trainjobs" cannot '
+        'create resource "pods" in API group "" in the namespace "team-a"')
+
+
+@pytest.mark.parametrize("refusal", ["terminating", "rbac"])
+async def test_a_create_refused_because_the_namespace_is_going_fails_nothing(
+        refusal: str) -> None:
+    """A namespace being deleted refuses creates with 403 too; the job goes with it, so it is
+    neither failed (CreateFailed, as RBAC's 403 does: the control case) nor retried."""
+    async with running_controller(status_coalesce_seconds=0.0) as h:
+        error = (api_error(403, "Forbidden", TERMINATING) if refusal == "terminating"
+                 else status_error(403, "Forbidden", RBAC))
+        assert isinstance(error, NamespaceTerminating) == (refusal == "terminating")
+        h.kube.refuse = lambda verb, kind, body: error if (verb, kind) == ("POST", "Pod") \
+            else None
+        h.submit()
+        await h.reconcile("tf")
+        failed = [c for c in h.status().get("conditions", []) if c["type"] == "Failed"]
+        if refusal == "rbac":
+            assert h.status()["state"] == "Failed" and failed[0]["reason"] == "CreateFailed"
+            return
+        assert h.status().get("state") != "Failed" and not failed
+        assert h.memory() is not None and h.memory().gate is None
 
 
 async def test_a_create_the_watch_has_not_shown_yet_is_not_made_twice() -> None:

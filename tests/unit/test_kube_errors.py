@@ -21,6 +21,7 @@ from trainjobs.kube import (
     ApiNotFound,
     ApiServerError,
     ApiTooManyRequests,
+    NamespaceTerminating,
     WatchDropped,
     api_error,
 )
@@ -143,3 +144,22 @@ def test_no_response_is_a_connection_error() -> None:
     dropped = WatchDropped("watch dropped: ServerDisconnectedError")
     assert isinstance(dropped, ApiConnectionError) and isinstance(dropped, ApiError)
     assert dropped.status == 0 and dropped.retryable
+
+
+TERMINATING_403 = _status(
+    403, "Forbidden",
+    'pods "train-worker-0" is forbidden: unable to create new content in namespace team-a '
+    "because it is being terminated", name="train-worker-0", kind="pods",
+    causes=[{"reason": "NamespaceTerminating", "message": "namespace team-a is being terminated",
+             "field": "metadata.namespace"}])
+
+
+def test_a_namespace_being_deleted_is_its_own_403_by_the_status_cause() -> None:
+    error = api_error(403, "Forbidden", TERMINATING_403)
+    assert isinstance(error, NamespaceTerminating) and isinstance(error, ApiForbidden)
+    assert not error.quota_exceeded and not error.retryable
+    # The words alone do not make it one: only the cause the admission plugin sets does.
+    bare = api_error(403, "Forbidden", _status(403, "Forbidden", json.loads(
+        TERMINATING_403)["message"]))
+    assert type(bare) is ApiForbidden
+    assert type(api_error(403, "Forbidden", RBAC_403)) is ApiForbidden

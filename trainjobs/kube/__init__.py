@@ -43,6 +43,7 @@ from trainjobs.kube.errors import (
     ApiNotFound,
     ApiServerError,
     ApiTooManyRequests,
+    NamespaceTerminating,
     WatchDropped,
     api_error,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "Kube",
     "KubeconfigError",
     "ListWatch",
+    "NamespaceTerminating",
     "Query",
     "Reachability",
     "Resource",

@@ -26,6 +26,7 @@ __all__ = [
     "ApiNotFound",
     "ApiServerError",
     "ApiTooManyRequests",
+    "NamespaceTerminating",
     "WatchDropped",
     "api_error",
 ]
@@ -123,6 +124,14 @@ class ApiForbidden(ApiError):
         return self.quota_exceeded
 
 
+class NamespaceTerminating(ApiForbidden):
+    """403 from the NamespaceLifecycle admission plugin: nothing new may be created in a
+    namespace that is being deleted, and everything in it (the job too) goes with it. Not a
+    refusal of the job: there is nothing to fail and nothing to retry. Told apart by the
+    Status cause `NamespaceTerminating` (k8s.io/apiserver's lifecycle admission), not by its
+    message."""
+
+
 class ApiNotFound(ApiError):
     """404: the object (or its namespace, or the resource type) does not exist."""
 
@@ -174,7 +183,16 @@ def api_error(status: int, reason: str, body: str = "",
     cls = _BY_STATUS.get(status)
     if cls is None:
         cls = ApiServerError if status >= 500 else ApiError
-    return cls(status, reason, body, headers)
+    error = cls(status, reason, body, headers)
+    if cls is ApiForbidden and _has_cause(error.details, "NamespaceTerminating"):
+        return NamespaceTerminating(status, reason, body, headers)
+    return error
+
+
+def _has_cause(details: dict[str, Any], cause: str) -> bool:
+    causes = (details.get("details") or {}).get("causes")
+    return isinstance(causes, list) and any(
+        isinstance(c, dict) and c.get("reason", c.get("type")) == cause for c in causes)
 
 
 def _decode(body: str) -> dict[str, Any]:

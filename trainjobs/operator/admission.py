@@ -34,7 +34,15 @@ from trainjobs.core.admission import Admission
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob
 from trainjobs.core.status import is_finished
-from trainjobs.kube import ApiConflict, ApiError, ApiForbidden, ApiNotFound, Kube, Resource
+from trainjobs.kube import (
+    ApiConflict,
+    ApiError,
+    ApiForbidden,
+    ApiNotFound,
+    Kube,
+    NamespaceTerminating,
+    Resource,
+)
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.admission import workload_phase
@@ -423,6 +431,8 @@ class Queueing:
         except (ApiConflict, ApiNotFound) as exc:
             log.info("Workload write for %s: %s; reconciling again", key, exc)
             self._retry.add(key)
+        except NamespaceTerminating:
+            log.debug("Workload write for %s: namespace %s is being deleted", key, namespace)
         except ApiError as exc:
             raise exc.temporary() from None
 

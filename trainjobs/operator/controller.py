@@ -46,6 +46,7 @@ from trainjobs.kube import (
     ApiInvalid,
     ApiNotFound,
     Kube,
+    NamespaceTerminating,
     Resource,
     gather_limited,
     job_resource,
@@ -548,6 +549,11 @@ class Controller:
                 await self._fail(mem, key, job.model_copy(update={"status": decision.status}),
                                  "NameConflict", str(err))
                 return
+        if any(isinstance(e, NamespaceTerminating) for e in errors):
+            # The namespace is being deleted and the job with it: not the job's failure, and
+            # nothing to retry (its deletion, or a resync, brings the next pass).
+            log.debug("%s: namespace %s is being deleted, creates refused", key, ns)
+            return
         quota = next((e for e in errors if isinstance(e, ApiForbidden) and e.quota_exceeded),
                      None)
         if quota is not None:
