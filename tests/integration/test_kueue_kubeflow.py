@@ -17,13 +17,13 @@ templates Kueue edited), or Kueue could neither release the quota nor start the 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from tests.integration.kueue_queue import tainted_queue
 from tests.integration.operator_helpers import (
     LABEL_JOB,
     Namespace,
@@ -35,14 +35,9 @@ from tests.integration.operator_helpers import (
 )
 from trainjobs.testing import (
     QUEUE_LABEL,
-    ClusterOptions,
     ControlPlane,
     Kueue,
     condition_true,
-    create_cluster_queue,
-    create_local_queue,
-    create_resource_flavor,
-    create_workload_priority_class,
     wait_for_workload,
     workload_condition,
     workloads_owned_by,
@@ -128,35 +123,14 @@ class Queue:
 @pytest.fixture
 def queue(kube_cluster: ControlPlane, tfjob_kueue: Kueue, bare_ns: Namespace,
           operators: Operators) -> Iterator[Queue]:
-    """A ClusterQueue of 4 CPU in one flavor whose two KWOK nodes (8 CPU each) are labelled
-    ``pool=<flavor>`` and tainted for it, preempting lower priorities; LocalQueue ``queue``;
-    WorkloadPriorityClasses low and high; an operator with the Kubeflow plugin."""
-    suffix = uuid.uuid4().hex[:8]
-    name = f"kf-{suffix}"
-    classes = {f"low-{suffix}": 100, f"high-{suffix}": 1000}
-    taint = {"key": "pool", "value": name, "effect": "NoSchedule"}
-    nodes = kube_cluster.add_nodes(ClusterOptions(
-        nodes=2, node_cpu="8", node_prefix=name, node_labels={"pool": name},
-        node_taints=(taint,)))
-    create_resource_flavor(kube_cluster, name, node_labels={"pool": name},
-                           tolerations=[{**taint, "operator": "Equal"}])
-    for cls, value in classes.items():
-        create_workload_priority_class(kube_cluster, cls, value)
-    try:
-        create_cluster_queue(kube_cluster, name, quotas={name: {"cpu": "4"}},
-                             preemption={"withinClusterQueue": "LowerPriority"})
-        create_local_queue(kube_cluster, bare_ns.name, "queue", name)
-        operator = operators.start("--enable-plugins", "kubeflow")
-        low, high = classes
-        yield Queue(bare_ns, name, low, high, nodes, operator)
-    finally:
-        bare_ns.kubectl("delete", TFJOBS, "--all", "--wait=true", check=False, timeout=60)
-        bare_ns.kubectl("delete", "localqueue", "queue", "--ignore-not-found", check=False)
-        for kind, obj in (("clusterqueue", name), ("resourceflavor", name),
-                          *(("workloadpriorityclass", c) for c in classes)):
-            kube_cluster.kubectl("delete", kind, obj, "--ignore-not-found", "--wait=true",
-                                 check=False, timeout=60)
-        kube_cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+    """`tainted_queue` (4 CPU, LocalQueue ``queue``, priorities low and high) and an operator
+    with the Kubeflow plugin."""
+    with tainted_queue(kube_cluster, bare_ns.name, "kf") as q:
+        try:
+            operator = operators.start("--enable-plugins", "kubeflow")
+            yield Queue(bare_ns, q.flavor, q.low, q.high, q.nodes, operator)
+        finally:
+            bare_ns.kubectl("delete", TFJOBS, "--all", "--wait=true", check=False, timeout=60)
 
 
 def _placed(queue: Queue, pod: dict[str, Any]) -> None:

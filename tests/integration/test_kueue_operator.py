@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.integration.kueue_queue import tainted_queue
 from tests.integration.operator_helpers import (
     REPO,
     Namespace,
@@ -36,15 +36,10 @@ from tests.integration.operator_helpers import (
 from trainjobs.testing import (
     EXIT_CODE_ANNOTATION,
     RUN_DURATION_ANNOTATION,
-    ClusterOptions,
     ControlPlane,
     Kueue,
     WaitForPodsReady,
     apply_crds,
-    create_cluster_queue,
-    create_local_queue,
-    create_resource_flavor,
-    create_workload_priority_class,
 )
 from trainjobs.testing._kueue_objects import workloads_owned_by
 
@@ -102,40 +97,17 @@ class Queue:
 @pytest.fixture
 def queue(kube_cluster: ControlPlane, kueue: Kueue, bare_ns: Namespace,
           operators: Operators) -> Iterator[Queue]:
-    """A ClusterQueue of 4 CPU in one flavor, preempting lower priorities within it, the
-    LocalQueue ``queue`` in the test's namespace, priority classes low and high, and an
-    operator started after them. The flavor's nodes are two KWOK nodes of the test's own,
-    labelled ``pool=<flavor>`` and tainted so that only pods with the flavor's toleration
-    run there (and no other pod may)."""
-    suffix = uuid.uuid4().hex[:8]
-    name = f"ko-{suffix}"
-    classes = {f"low-{suffix}": 100, f"high-{suffix}": 1000}
-    taint = {"key": "pool", "value": name, "effect": "NoSchedule"}
-    nodes = kube_cluster.add_nodes(ClusterOptions(
-        nodes=2, node_cpu="8", node_prefix=name, node_labels={"pool": name},
-        node_taints=(taint,)))
-    create_resource_flavor(kube_cluster, name, node_labels={"pool": name},
-                           tolerations=[{**taint, "operator": "Equal"}])
-    for cls, value in classes.items():
-        create_workload_priority_class(kube_cluster, cls, value)
-    try:
-        create_cluster_queue(kube_cluster, name, quotas={name: {"cpu": "4"}},
-                             preemption={"withinClusterQueue": "LowerPriority"})
-        create_local_queue(kube_cluster, bare_ns.name, "queue", name)
-        operator = operators.start()
-        low, high = classes
-        yield Queue(bare_ns, name, low, high, operator=operator, nodes=nodes)
-    finally:
-        bare_ns.kubectl("delete", "tfjobs,mxjobs", "--all", "--wait=false", check=False)
-        wait_for(lambda: not (bare_ns.get_path(
-            f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{bare_ns.name}/workloads") or {}
-        ).get("items"), "the test's Workloads to go with their jobs", timeout=60)
-        bare_ns.kubectl("delete", "localqueue", "queue", "--ignore-not-found", check=False)
-        for kind, obj in (("clusterqueue", name), ("resourceflavor", name),
-                          *(("workloadpriorityclass", c) for c in classes)):
-            kube_cluster.kubectl("delete", kind, obj, "--ignore-not-found", "--wait=true",
-                                 check=False, timeout=60)
-        kube_cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+    """`tainted_queue` (4 CPU, LocalQueue ``queue``, priorities low and high, two tainted
+    KWOK nodes of the test's own) and an operator started after it."""
+    with tainted_queue(kube_cluster, bare_ns.name, "ko") as q:
+        try:
+            operator = operators.start()
+            yield Queue(bare_ns, q.flavor, q.low, q.high, operator=operator, nodes=q.nodes)
+        finally:
+            bare_ns.kubectl("delete", "tfjobs,mxjobs", "--all", "--wait=false", check=False)
+            wait_for(lambda: not (bare_ns.get_path(
+                f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{bare_ns.name}/workloads") or {}
+            ).get("items"), "the test's Workloads to go with their jobs", timeout=60)
 
 
 def test_second_job_waits_for_quota_with_kueues_words_then_runs(queue: Queue) -> None:

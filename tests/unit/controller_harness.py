@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainjobs.kube import PODS, Resource, job_resource
+from trainjobs.kube.informer import Informer
+from trainjobs.kueue.reconcile import KueueSettings
+from trainjobs.operator.admission import NAMESPACES, Queueing
 from trainjobs.operator.controller import Controller, ControllerSettings
 from trainjobs.operator.memory import JobMemory
 
@@ -117,13 +120,40 @@ async def running_controller(**settings: Any) -> AsyncIterator[Harness]:
     kube, clock = FakeKube(), FakeClock()
     controller = Controller(kube, PLUGINS,  # type: ignore[arg-type]
                             ControllerSettings(namespaces=(NS,), **settings), clock)
-    tasks = [asyncio.create_task(i.run()) for i in controller.informers]
     try:
-        await asyncio.wait_for(asyncio.gather(*(i.synced.wait()
-                                                for i in controller.informers)), 5)
-        yield Harness(kube, clock, controller)
+        async with synced(controller.informers):
+            yield Harness(kube, clock, controller)
+    finally:
+        await controller.queue.close()
+
+
+@asynccontextmanager
+async def queueing_controller(settings: KueueSettings | None = None,
+                              ns_labels: dict[str, str] | None = None
+                              ) -> AsyncIterator[Harness]:
+    """`running_controller` with Kueue admission on (its Queueing's informers synced too);
+    with `ns_labels`, the Namespace object NS carries them (manageJobsWithoutQueueName reads
+    them)."""
+    async with running_controller(**({} if settings is None else {"kueue": settings})) as h:
+        c = h.controller
+        if ns_labels is not None:
+            h.kube.put(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                    "metadata": {"name": NS, "namespace": "",
+                                                 "labels": ns_labels}})
+        c.kueue = Queueing(h.kube, [NS], c.events, c.queue.add,  # type: ignore[arg-type]
+                           settings, on_namespace=c._namespace_changed)
+        async with synced(c.kueue.informers):
+            yield h
+
+
+@asynccontextmanager
+async def synced(informers: Sequence[Informer[Any]]) -> AsyncIterator[None]:
+    """The informers run (on the fake) while the block runs, entered once all have synced."""
+    tasks = [asyncio.create_task(i.run()) for i in informers]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers)), 5)
+        yield
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await controller.queue.close()

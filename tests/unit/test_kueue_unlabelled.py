@@ -6,39 +6,21 @@ with the option off, it runs exactly as without Kueue. On the fake API, passes r
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 from trainjobs.kube.selector import parse_selector
 from trainjobs.kueue.reconcile import KueueSettings
-from trainjobs.operator.admission import NAMESPACES, WORKLOADS, Queueing
+from trainjobs.operator.admission import NAMESPACES, WORKLOADS
 
-from .controller_harness import NS, TFJOBS, Harness, running_controller
+from .controller_harness import NS, TFJOBS, Harness, queueing_controller
 
 MANAGED = KueueSettings(manage_jobs_without_queue_name=True,
                         managed_jobs_namespace_selector=parse_selector("kueue=on"))
 
 
-@asynccontextmanager
-async def with_kueue(settings: KueueSettings, ns_labels: dict[str, str]
-                     ) -> AsyncIterator[Harness]:
-    async with running_controller(kueue=settings) as h:
-        c = h.controller
-        h.kube.put(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                "metadata": {"name": NS, "namespace": "",
-                                             "labels": ns_labels}})
-        c.kueue = Queueing(h.kube, [NS], c.events, c.queue.add,  # type: ignore[arg-type]
-                           settings, on_namespace=c._namespace_changed)
-        tasks = [asyncio.create_task(i.run()) for i in c.kueue.informers]
-        try:
-            await asyncio.wait_for(asyncio.gather(*(i.synced.wait()
-                                                    for i in c.kueue.informers)), 5)
-            yield h
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+def with_kueue(settings: KueueSettings, ns_labels: dict[str, str]
+               ) -> AbstractAsyncContextManager[Harness]:
+    return queueing_controller(settings, ns_labels)
 
 
 def workloads(h: Harness) -> list[dict[str, object]]:
@@ -65,8 +47,8 @@ async def test_an_unlabelled_job_elsewhere_runs_as_without_kueue() -> None:
 
 async def test_off_by_default_and_no_namespace_watch() -> None:
     async with with_kueue(KueueSettings(), {"kueue": "on"}) as h:
-        assert not any(i.resource == NAMESPACES  # type: ignore[union-attr]
-                       for i in h.controller.kueue.informers)
+        assert h.controller.kueue is not None
+        assert not any(i.resource == NAMESPACES for i in h.controller.kueue.informers)
         h.submit("tf", Worker=2)
         await h.reconcile("tf")
         assert not workloads(h) and len(h.pod_names()) == 2

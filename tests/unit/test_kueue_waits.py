@@ -10,8 +10,7 @@ back-off is read from the queue's timers against the event loop's clock: nothing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 from trainjobs.kube import Resource
 from trainjobs.kueue import constants as k
@@ -19,26 +18,13 @@ from trainjobs.operator.admission import (
     RESOURCE_FLAVORS,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
-    Queueing,
 )
 
-from .controller_harness import NS, TFJOBS, Harness, running_controller
+from .controller_harness import NS, TFJOBS, Harness, queueing_controller
 
 
-@asynccontextmanager
-async def with_kueue() -> AsyncIterator[Harness]:
-    async with running_controller() as h:
-        c = h.controller
-        c.kueue = Queueing(h.kube, [NS], c.events, c.queue.add)  # type: ignore[arg-type]
-        tasks = [asyncio.create_task(i.run()) for i in c.kueue.informers]
-        try:
-            await asyncio.wait_for(asyncio.gather(*(i.synced.wait()
-                                                    for i in c.kueue.informers)), 5)
-            yield h
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+def with_kueue() -> AbstractAsyncContextManager[Harness]:
+    return queueing_controller()
 
 
 def submit_queued(h: Harness, priority_class: str = "") -> None:
