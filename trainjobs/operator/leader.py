@@ -1,8 +1,9 @@
 """Leader election on a coordination.k8s.io Lease, so that only one operator replica acts.
 
-Why our own small implementation: the operator has no Kubernetes client library (its transport
-is `trainjobs.kube`), and the rules fit in one module. They are client-go's: a candidate takes the Lease when it is free or its holder has not renewed within
-the lease duration; the leader renews every `retry_period`; a leader that cannot renew within
+Why our own small implementation: the operator has no Kubernetes client library (its
+transport is `trainjobs.kube`), and the rules fit in one module. They are client-go's: a
+candidate takes the Lease when it is free or its holder has not renewed within the lease
+duration; the leader renews every `retry_period`; a leader that cannot renew within
 `renew_deadline` stops leading (the process exits, so a fresh start re-syncs everything).
 Writes use the Lease's resourceVersion, so two candidates can never both win.
 """
