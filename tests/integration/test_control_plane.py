@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 
 import trainjobs
+from trainjobs.kube import ApiForbidden, Kube, connect
 from trainjobs.testing import (
     EXIT_CODE_ANNOTATION,
     FAIL_TIMES_ANNOTATION,
@@ -519,3 +521,31 @@ def test_a_controller_manager_that_gave_up_on_the_api_server_at_start_is_started
                  "the ServiceAccount controller", timeout=60)
     finally:
         plane.stop()
+
+
+async def test_the_transport_impersonates_as_the_kubeconfig_says(
+    kube_cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """kubeconfig `as`/`as-groups` reach the real API server as client-go sends them: the
+    admin identity impersonating a user with no grant is refused, naming that user; the same
+    user with the system:masters group may."""
+    doc = yaml.safe_load(kube_cluster.kubeconfig.read_text())
+    path = "/api/v1/namespaces/default/pods"
+
+    async def get_as(user: dict[str, object]) -> object:
+        for entry in doc["users"]:
+            entry["user"] = {k: v for k, v in entry["user"].items()
+                             if not k.startswith("as")} | user
+        kubeconfig = tmp_path / "kubeconfig-as"
+        kubeconfig.write_text(yaml.safe_dump(doc))
+        kube = Kube(await connect(str(kubeconfig)))
+        try:
+            return await kube.request("GET", path)
+        finally:
+            await kube.api.close()
+
+    with pytest.raises(ApiForbidden) as refused:
+        await get_as({"as": "trainjobs-nobody"})
+    assert 'User "trainjobs-nobody" cannot list resource "pods"' in refused.value.message
+    listed = await get_as({"as": "trainjobs-nobody", "as-groups": ["system:masters"]})
+    assert isinstance(listed, dict) and listed.get("kind") == "PodList"

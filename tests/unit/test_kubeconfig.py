@@ -30,7 +30,9 @@ async def _server(seen: list[dict[str, str]]) -> tuple[web.AppRunner, str]:
     async def handle(request: web.Request) -> web.Response:
         seen.append({"auth": request.headers.get("Authorization", ""),
                      "ua": request.headers.get("User-Agent", ""),
-                     "query": request.query_string, "path": request.path})
+                     "query": request.query_string, "path": request.path,
+                     "impersonate": json.dumps([(k, v) for k, v in request.headers.items()
+                                                if k.startswith("Impersonate-")])})
         return web.json_response({"kind": "Pod", "metadata": {"name": "p"}})
 
     app = web.Application()
@@ -62,6 +64,32 @@ async def _auth_of(tmp_path: Path, user: dict[str, Any], calls: int = 1) -> list
     assert seen[0]["path"] == "/api/v1/namespaces/n/pods/p"
     assert seen[0]["query"] == "limit=5&labelSelector=a/b"
     return [s["auth"] for s in seen]
+
+
+async def test_impersonation_is_sent_as_client_gos_headers(tmp_path: Path) -> None:
+    """kubeconfig's `as` fields (kubectl --as, --as-group, --as-uid): the Impersonate-*
+    headers client-go's impersonating round tripper sends, groups and extras repeated, an
+    extra's key %-encoded where it is no HTTP token character."""
+    seen: list[dict[str, str]] = []
+    runner, server = await _server(seen)
+    user = {"token": "abc", "as": "jane", "as-uid": "42", "as-groups": ["dev", "ops"],
+            "as-user-extra": {"scopes": ["view", "edit"], "acme.com/project id": ["x"]}}
+    try:
+        kube = Kube(await connect(str(_write(tmp_path / "kc", server, user))))
+        try:
+            await kube.request("GET", "/api/v1/namespaces/n/pods/p")
+        finally:
+            await kube.api.close()
+    finally:
+        await runner.cleanup()
+    assert seen[0]["auth"] == "Bearer abc"
+    assert [tuple(h) for h in json.loads(seen[0]["impersonate"])] == [
+        ("Impersonate-User", "jane"), ("Impersonate-Uid", "42"),
+        ("Impersonate-Group", "dev"), ("Impersonate-Group", "ops"),
+        ("Impersonate-Extra-acme.com%2Fproject%20id", "x"),  # (the file's keys are sorted)
+        ("Impersonate-Extra-scopes", "view"), ("Impersonate-Extra-scopes", "edit")]
+    # Without them nothing is added.
+    assert load(str(_write(tmp_path / "plain", server, {"token": "t"}))).impersonate == ()
 
 
 async def test_a_token_is_sent_as_bearer(tmp_path: Path) -> None:

@@ -71,10 +71,13 @@ class Transport:
         auth = await self.creds.authorization()
         if auth is not None:
             headers["Authorization"] = auth
+        # Impersonate-Group and -Extra-* may repeat: pairs, not a dict (only when given).
+        sent = [*headers.items(), *self.creds.impersonate] if self.creds.impersonate \
+            else headers
         return await self.session.request(
             verb, self.creds.server + path, params=[(k, str(v)) for k, v in query],
             data=None if body is None else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS),
-            headers=headers,
+            headers=sent,
             proxy=self.creds.proxy, server_hostname=self.creds.tls_server_name,
             timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=30))
 

@@ -8,8 +8,10 @@ request method. What client-go users rely on is read here: the server and its CA
 data, or insecure-skip-tls-verify), tls-server-name, proxy-url, client certificates (file or
 data), bearer tokens (token, tokenFile: re-read every minute, like a projected service-account
 token), basic auth, and exec credential plugins (client.authentication.k8s.io, token cached
-until its expirationTimestamp). The legacy `auth-provider` plugins (gcp, azure, oidc), removed
-from kubectl in Kubernetes 1.26 in favour of exec plugins, are refused with `KubeconfigError`.
+until its expirationTimestamp), and impersonation (`as`, `as-uid`, `as-groups`,
+`as-user-extra`: the Impersonate-* headers, as client-go's impersonating round tripper sends
+them). The legacy `auth-provider` plugins (gcp, azure, oidc), removed from kubectl in
+Kubernetes 1.26 in favour of exec plugins, are refused with `KubeconfigError`.
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ class Credentials:
     basic: tuple[str, str] | None = None
     exec: _Exec | None = None
     namespace: str | None = None
+    #: Impersonate-* header pairs sent with every request (a header may repeat).
+    impersonate: tuple[tuple[str, str], ...] = ()
     _token_read: float = field(default=0.0, repr=False)
 
     async def prepare(self) -> None:
@@ -262,7 +266,8 @@ def load(path: str | None = None, context: str | None = None) -> Credentials:
         token_file=path_of(user.get("tokenFile")),
         basic=(str(user["username"]), str(user.get("password") or ""))
         if user.get("username") else None,
-        namespace=ctx.get("namespace") or None)
+        namespace=ctx.get("namespace") or None,
+        impersonate=impersonation_headers(user))
     ex = user.get("exec")
     if isinstance(ex, dict):
         if not ex.get("command"):
@@ -275,6 +280,35 @@ def load(path: str | None = None, context: str | None = None) -> Credentials:
                            str(ex.get("apiVersion") or "client.authentication.k8s.io/v1"),
                            base)
     return creds
+
+
+def impersonation_headers(user: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The Impersonate-* headers of a kubeconfig user's `as` fields, as client-go's
+    `impersonatingRoundTripper` sets them: once any is given, Impersonate-User (its value,
+    possibly empty: the API server then refuses groups without a user, as it does kubectl's),
+    Impersonate-Uid, one Impersonate-Group per group, one Impersonate-Extra-<key> per value
+    (the key %-encoded where it is not an HTTP token character, or is '%')."""
+    groups = user.get("as-groups") or []
+    extra = user.get("as-user-extra") or {}
+    if not (user.get("as") or user.get("as-uid") or groups or extra):
+        return ()
+    headers = [("Impersonate-User", str(user.get("as") or ""))]
+    if user.get("as-uid"):
+        headers.append(("Impersonate-Uid", str(user["as-uid"])))
+    headers += [("Impersonate-Group", str(g)) for g in groups]
+    for key, values in (extra.items() if isinstance(extra, dict) else ()):
+        for value in values if isinstance(values, list) else [values]:
+            headers.append((f"Impersonate-Extra-{_header_key_escape(str(key))}", str(value)))
+    return tuple(headers)
+
+
+#: RFC 7230's token characters less '%' (client-go's legalHeaderKeyBytes and shouldEscape).
+_TOKEN = frozenset(b"!#$&'*+-.^_`|~0123456789"
+                   b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+def _header_key_escape(key: str) -> str:
+    return "".join(chr(b) if b in _TOKEN else f"%{b:02X}" for b in key.encode())
 
 
 def _b64(value: Any) -> bytes | None:
