@@ -45,7 +45,7 @@ import yaml
 
 from bench.report import log
 from trainjobs.testing import ControlPlane, apply_crds
-from trainjobs.testing._binaries import build_script, cache_root
+from trainjobs.testing._binaries import cache_root, ensure_built
 from trainjobs.testing._errors import ControlPlaneError
 from trainjobs.testing._pki import make_serving_cert
 from trainjobs.testing._process import free_ports
@@ -78,18 +78,9 @@ def find_training_operator(*, build: bool = True) -> Path:
                 and (home / "crds" / "kubeflow.org_tfjobs.yaml").is_file()
                 and (home / "webhook" / "manifests.yaml").is_file())
 
-    if complete():
-        return home
-    script = build_script(SCRIPT_NAME)
-    if not build or script is None:
-        raise ControlPlaneError(f"training-operator {TRAINING_OPERATOR_VERSION} is not built "
-                                f"in {home}: run scripts/{SCRIPT_NAME}")
-    env = dict(os.environ, TRAINING_OPERATOR_VERSION=TRAINING_OPERATOR_VERSION)
-    result = subprocess.run(["nice", "-n", "19", "bash", str(script)], env=env, stdout=2,
-                            check=False)
-    if result.returncode != 0 or not complete():
-        raise ControlPlaneError(f"{script} failed (exit status {result.returncode})")
-    return home
+    return ensure_built(f"training-operator {TRAINING_OPERATOR_VERSION}", home, complete,
+                        SCRIPT_NAME, env={"TRAINING_OPERATOR_VERSION": TRAINING_OPERATOR_VERSION},
+                        build=build, nice=True)
 
 
 @dataclass

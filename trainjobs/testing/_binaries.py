@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from trainjobs.testing._errors import ControlPlaneError
@@ -52,6 +53,27 @@ def build_script(name: str = SCRIPT_NAME) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def ensure_built(what: str, home: Path, complete: Callable[[], bool], script_name: str,
+                 *args: str, env: Mapping[str, str] | None = None, build: bool = True,
+                 nice: bool = False) -> Path:
+    """`home` once `complete()` finds everything there: at once, or after its build script
+    (``scripts/<script_name> <args>``, progress on stderr; minutes to tens of minutes) when
+    `build` allows. `what` names it in the errors; `nice` runs the build at nice 19."""
+    if complete():
+        return home
+    script = build_script(script_name)
+    command = " ".join(["scripts/" + script_name, *args])
+    if not build or script is None:
+        raise ControlPlaneError(f"{what} is not built in {home}: run {command}")
+    argv = [*(("nice", "-n", "19") if nice else ()), "bash", str(script), *args]
+    result = subprocess.run(argv, env={**os.environ, **(env or {})}, stdout=2, check=False)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"{command} failed (exit status {result.returncode})")
+    if not complete():
+        raise ControlPlaneError(f"{command} finished but {what} is incomplete in {home}")
+    return home
 
 
 def find_binaries(*, build: bool = True) -> Path:

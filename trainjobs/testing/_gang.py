@@ -19,7 +19,6 @@ kube-scheduler.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from trainjobs.testing._binaries import build_script, cache_root
+from trainjobs.testing._binaries import cache_root, ensure_built
 from trainjobs.testing._crds import apply_crds
 from trainjobs.testing._errors import ControlPlaneError
 from trainjobs.testing._kubeapi import health_ok, ok
@@ -65,17 +64,9 @@ def find_gang_scheduler(name: str, *, build: bool = True) -> Path:
         return (home / "crds").is_dir() and all(
             os.access(home / "bin" / b, os.X_OK) for b in binaries)
 
-    if complete():
-        return home
-    script = build_script(SCRIPT_NAME)
-    if not build or script is None:
-        raise ControlPlaneError(f"{name} is not built in {home}: run scripts/{SCRIPT_NAME} {name}")
-    env = dict(os.environ, SCHEDULER_PLUGINS_VERSION=SCHEDULER_PLUGINS_VERSION,
-               VOLCANO_VERSION=VOLCANO_VERSION)
-    result = subprocess.run(["bash", str(script), name], env=env, stdout=2, check=False)
-    if result.returncode != 0 or not complete():
-        raise ControlPlaneError(f"{script} {name} failed (exit status {result.returncode})")
-    return home
+    return ensure_built(name, home, complete, SCRIPT_NAME, name, build=build, env={
+        "SCHEDULER_PLUGINS_VERSION": SCHEDULER_PLUGINS_VERSION,
+        "VOLCANO_VERSION": VOLCANO_VERSION})
 
 
 def start_gang_schedulers(plane: ControlPlane, names: Sequence[str], deadline: float) -> None:

@@ -46,7 +46,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -57,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from trainjobs.kube.errors import ApiError
-from trainjobs.testing._binaries import build_script, cache_root
+from trainjobs.testing._binaries import cache_root, ensure_built
 from trainjobs.testing._crds import apply_crds
 from trainjobs.testing._errors import ControlPlaneError
 from trainjobs.testing._kubeapi import health_ok
@@ -154,17 +153,8 @@ def find_kueue(*, build: bool = True) -> Path:
         return (os.access(home / "bin" / "kueue", os.X_OK)
                 and (home / "config" / "components" / "crd" / "bases").is_dir())
 
-    if complete():
-        return home
-    script = build_script(SCRIPT_NAME)
-    if not build or script is None:
-        raise ControlPlaneError(f"Kueue {KUEUE_VERSION} is not built in {home}: "
-                                f"run scripts/{SCRIPT_NAME}")
-    env = dict(os.environ, KUEUE_VERSION=KUEUE_VERSION)
-    result = subprocess.run(["bash", str(script)], env=env, stdout=2, check=False)
-    if result.returncode != 0 or not complete():
-        raise ControlPlaneError(f"{script} failed (exit status {result.returncode})")
-    return home
+    return ensure_built(f"Kueue {KUEUE_VERSION}", home, complete, SCRIPT_NAME,
+                        env={"KUEUE_VERSION": KUEUE_VERSION}, build=build)
 
 
 def kueue_configuration(options: KueueOptions, *, webhook_port: int, health_port: int,
