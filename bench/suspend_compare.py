@@ -17,7 +17,6 @@ judged.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -31,7 +30,7 @@ from bench.api import BENCH_UA, Api
 from bench.cluster import Cluster
 from bench.jobs import KUBEFLOW_JOB_LABEL, kubeflow_tfjob, tfjob_path
 from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
-from bench.report import install_signal_handlers, log
+from bench.report import arguments, install_signal_handlers, log
 from bench.training_operator import DEFAULT_FLAGS, TRAINING_OPERATOR_VERSION, TrainingOperator
 from trainjobs.crdgen import crd_file_name, render_crd_yaml
 from trainjobs.plugin.manager import load_plugins
@@ -193,7 +192,7 @@ async def run(workdir: Path, timeout: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments("suspend_compare", __doc__)
     parser.add_argument("--out", type=Path, default=None, help="write the full result here")
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()

@@ -24,7 +24,7 @@ from bench.api import BENCH_UA, Api
 from bench.cluster import Cluster
 from bench.jobs import kubeflow_tfjob, tfjob_path
 from bench.operator import OperatorProcess
-from bench.report import install_signal_handlers, log
+from bench.report import arguments, install_signal_handlers, log
 from bench.training_operator import DEFAULT_FLAGS, TUNED_FLAGS, TrainingOperator
 
 NAMESPACE = "smoke"
@@ -81,9 +81,7 @@ async def smoke(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.training_operator_smoke",
-                                description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("training_operator_smoke", __doc__)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--run", default="3s", help="how long each Worker runs (KWOK)")
     p.add_argument("--chief-run", default="5s", help="how long the Chief runs (KWOK)")
