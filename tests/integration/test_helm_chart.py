@@ -805,6 +805,31 @@ def test_multikueue_manager_render(helm_offline: Helm) -> None:
     assert not any("multikueue" in d["metadata"]["name"] for d in default)
 
 
+@contextlib.contextmanager
+def queue_and_release(helm: Helm, kube_cluster: ControlPlane, kube_namespace: str,
+                      release: str, flavor: str) -> Iterator[str]:
+    """A namespace for the release (restricted Pod Security), a ResourceFlavor `flavor` with a
+    ClusterQueue of 4 CPU and the LocalQueue ``queue`` in the jobs' namespace; yields the
+    release's namespace. After: the jobs, the release, its namespace and the queue go."""
+    ns = unique("helm-q")
+    create_namespace(kube_cluster, ns, RESTRICTED)
+    create_resource_flavor(kube_cluster, flavor)
+    create_cluster_queue(kube_cluster, flavor, quotas={flavor: {"cpu": "4"}})
+    create_local_queue(kube_cluster, kube_namespace, "queue", flavor)
+    try:
+        yield ns
+    finally:
+        kube_cluster.kubectl("-n", kube_namespace, "delete", "tfjobs", "--all",
+                             "--wait=true", check=False, timeout=60)
+        helm("uninstall", release, f"--namespace={ns}", "--wait", "--timeout=60s", check=False)
+        kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        kube_cluster.kubectl("-n", kube_namespace, "delete", "localqueue", "queue",
+                             "--ignore-not-found", check=False)
+        for kind in ("clusterqueue", "resourceflavor"):
+            kube_cluster.kubectl("delete", kind, flavor, "--ignore-not-found", "--wait=true",
+                                 check=False, timeout=60)
+
+
 def test_multikueue_manager_on_the_api_server(
         helm: Helm, kube_cluster: ControlPlane, kueue: Kueue, kube_namespace: str,
         tmp_path: Path) -> None:
@@ -812,12 +837,7 @@ def test_multikueue_manager_on_the_api_server(
     without a queue, naming what to set; the operator, as the chart's ServiceAccount with the
     Deployment's arguments, creates the Workload of a job managed by MultiKueue, creates no pod
     and is refused nothing (run_operator fails on any 403)."""
-    name, ns = unique("tjm"), unique("helm-mgr")
-    flavor = unique("hm")
-    create_namespace(kube_cluster, ns, RESTRICTED)
-    create_resource_flavor(kube_cluster, flavor)
-    create_cluster_queue(kube_cluster, flavor, quotas={flavor: {"cpu": "4"}})
-    create_local_queue(kube_cluster, kube_namespace, "queue", flavor)
+    name, flavor = unique("tjm"), unique("hm")
 
     def tfjob(job: str, managed: bool, queue: bool) -> dict[str, Any]:
         manifest = job_manifest("TfJob", job, {"Worker": replica(
@@ -832,7 +852,7 @@ def test_multikueue_manager_on_the_api_server(
         return kube_cluster.kubectl("create", "-n", kube_namespace, "-f", "-",
                                     input=json.dumps(manifest), check=False)
 
-    try:
+    with queue_and_release(helm, kube_cluster, kube_namespace, name, flavor) as ns:
         helm("install", name, str(CHART), f"--namespace={ns}", "--wait", "--timeout=120s",
              *values_args(helm.home, {**MANAGER_VALUES, **KWOK_TEST_POD}))
         tries = iter(range(1000))
@@ -868,16 +888,6 @@ def test_multikueue_manager_on_the_api_server(
                                  "--wait=true", timeout=60)
             wait_for(lambda: not workloads_owned_by(kube_cluster, kube_namespace, uid),
                      "the deleted job's Workload to go", timeout=60)
-    finally:
-        kube_cluster.kubectl("-n", kube_namespace, "delete", "tfjobs", "--all",
-                             "--wait=true", check=False, timeout=60)
-        helm("uninstall", name, f"--namespace={ns}", "--wait", "--timeout=60s", check=False)
-        kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        kube_cluster.kubectl("-n", kube_namespace, "delete", "localqueue", "queue",
-                             "--ignore-not-found", check=False)
-        for kind in ("clusterqueue", "resourceflavor"):
-            kube_cluster.kubectl("delete", kind, flavor, "--ignore-not-found", "--wait=true",
-                                 check=False, timeout=60)
 
 
 # -- server-side dry run of the rendered manifests -------------------------------------------
@@ -1560,13 +1570,8 @@ def test_operator_as_the_chart_service_account_is_admitted_through_kueue(
     """kueue.enabled grants enough: the operator, as the chart's ServiceAccount, finds Kueue,
     creates a queued job's Workload, is admitted, runs it, reports Finished and removes
     Kueue's finalizer; and with the admission policy on (the default) its pods are admitted."""
-    name, ns = unique("tjk"), unique("helm-kueue")
-    flavor = unique("hk")
-    create_namespace(kube_cluster, ns, RESTRICTED)
-    create_resource_flavor(kube_cluster, flavor)
-    create_cluster_queue(kube_cluster, flavor, quotas={flavor: {"cpu": "4"}})
-    create_local_queue(kube_cluster, kube_namespace, "queue", flavor)
-    try:
+    name, flavor = unique("tjk"), unique("hk")
+    with queue_and_release(helm, kube_cluster, kube_namespace, name, flavor) as ns:
         helm("install", name, str(CHART), f"--namespace={ns}", "--wait", "--timeout=120s",
              *values_args(helm.home, {"kueue": {"enabled": True}, **KWOK_TEST_POD}))
         sa = f"{name}-trainjobs"
@@ -1590,13 +1595,3 @@ def test_operator_as_the_chart_service_account_is_admitted_through_kueue(
                               "trainjobs.io/job-name=queued")["items"]
             assert pod["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == flavor
             assert operator.readyz()
-    finally:
-        kube_cluster.kubectl("-n", kube_namespace, "delete", "tfjob", "queued",
-                             "--ignore-not-found", "--wait=true", check=False, timeout=60)
-        helm("uninstall", name, f"--namespace={ns}", "--wait", "--timeout=60s", check=False)
-        kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        kube_cluster.kubectl("-n", kube_namespace, "delete", "localqueue", "queue",
-                             "--ignore-not-found", check=False)
-        for kind in ("clusterqueue", "resourceflavor"):
-            kube_cluster.kubectl("delete", kind, flavor, "--ignore-not-found", "--wait=true",
-                                 check=False, timeout=60)
