@@ -10,6 +10,7 @@ that worker's operator on the prebuilt Workload, its status copied back to the m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -217,11 +218,8 @@ def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
     too, pods and all."""
     ns = queues.namespace
     manager = multi_cluster.plane("manager")
-    operators = {name: Operators(plane, [ns], tmp_path / name)
-                 for name, plane in (("manager", manager), *multi_cluster.workers.items())}
-    try:
+    with _operators_everywhere(multi_cluster, ns, tmp_path, "mxjobs.trainjobs.io") as operators:
         for name, ops in operators.items():
-            (tmp_path / name).mkdir()
             # The manager's as the chart's multiKueue.manager runs it: it runs no job there.
             ops.start(*(["--multikueue-manager"] if name == "manager" else []),
                       name=f"operator-{name}")
@@ -301,9 +299,23 @@ def test_an_mxjob_created_in_the_manager_runs_in_a_worker(
                  f"mx2's copy in {running} to be deleted after the manager's", timeout=120)
         wait_for(lambda: _mx_pods(multi_cluster.workers[running], ns, "mx2") == [],
                  f"mx2's pods in {running} to go", timeout=60)
+
+
+@contextlib.contextmanager
+def _operators_everywhere(multi_cluster: MultiCluster, ns: str, tmp_path: Path,
+                          resource: str) -> Iterator[dict[str, Operators]]:
+    """An `Operators` per cluster (the manager first) for namespace `ns`, each with a folder of
+    its own. After the block: `resource` deleted in every cluster and every operator stopped;
+    then, when the block passed, none may have exited badly or logged an error."""
+    planes = (("manager", multi_cluster.plane("manager")), *multi_cluster.workers.items())
+    operators = {name: Operators(plane, [ns], tmp_path / name) for name, plane in planes}
+    for name in operators:
+        (tmp_path / name).mkdir()
+    try:
+        yield operators
     finally:
         for plane in multi_cluster.planes:
-            plane.kubectl("delete", "mxjobs.trainjobs.io", "--all", "-n", ns, "--wait=true",
+            plane.kubectl("delete", resource, "--all", "-n", ns, "--wait=true",
                           check=False, timeout=90)
         problems = [p for ops in operators.values() for p in ops.stop_all()]
         errors = [f"{name}: {e}" for name, ops in operators.items() for op in ops.started
@@ -334,12 +346,9 @@ def test_a_kubeflow_tfjob_goes_through_kueues_own_adapter(
     the manager's TFJob status follows to Succeeded; no pod in the manager."""
     ns = queues.namespace
     manager = multi_cluster.plane("manager")
-    operators = {name: Operators(plane, [ns], tmp_path / name)
-                 for name, plane in (("manager", manager), *multi_cluster.workers.items())}
     tfjobs = "tfjobs.kubeflow.org"
-    try:
+    with _operators_everywhere(multi_cluster, ns, tmp_path, tfjobs) as operators:
         for name, ops in operators.items():
-            (tmp_path / name).mkdir()
             ops.start("--enable-plugins", "kubeflow", name=f"operator-{name}")
         worker_spec = replica("TfJob", 1, exit_code=0, run="3s",
                               resources={"requests": {"cpu": "500m"}})
@@ -367,15 +376,6 @@ def test_a_kubeflow_tfjob_goes_through_kueues_own_adapter(
         assert _mx_pods(manager, ns, "tf") == []
         assert operators["manager"].started[0].logged(
             "TFJob/.*/tf is managed by kueue.x-k8s.io/multikueue")
-    finally:
-        for plane in multi_cluster.planes:
-            plane.kubectl("delete", tfjobs, "--all", "-n", ns, "--wait=true",
-                          check=False, timeout=90)
-        problems = [p for ops in operators.values() for p in ops.stop_all()]
-        errors = [f"{name}: {e}" for name, ops in operators.items() for op in ops.started
-                  for e in op.problems()]
-    assert not problems, problems
-    assert not errors, errors
 
 
 def test_with_one_worker_full_an_mxjob_runs_on_the_other(
@@ -389,11 +389,8 @@ def test_with_one_worker_full_an_mxjob_runs_on_the_other(
     create(multi_cluster.workers[full], ns, batch_job("hog", queues.local_queue, "4", "10m"))
     wait_for(lambda: _running_in(multi_cluster, ns, "hog") == full,
              f"the local Job to fill {full}", timeout=90)
-    operators = {name: Operators(plane, [ns], tmp_path / name)
-                 for name, plane in (("manager", manager), *multi_cluster.workers.items())}
-    try:
+    with _operators_everywhere(multi_cluster, ns, tmp_path, "mxjobs.trainjobs.io") as operators:
         for name, ops in operators.items():
-            (tmp_path / name).mkdir()
             ops.start(name=f"operator-{name}")
         manifest = job("MxJob", "big", {
             "Scheduler": replica("MxJob", resources={"requests": {"cpu": "500m"}}),
@@ -415,12 +412,3 @@ def test_with_one_worker_full_an_mxjob_runs_on_the_other(
                  is None, f"no copy of the MxJob in {full}", timeout=60)
         assert _mx_pods(multi_cluster.workers[full], ns, "big") == []
         assert _mx_pods(manager, ns, "big") == []
-    finally:
-        for plane in multi_cluster.planes:
-            plane.kubectl("delete", "mxjobs.trainjobs.io", "--all", "-n", ns, "--wait=true",
-                          check=False, timeout=90)
-        problems = [p for ops in operators.values() for p in ops.stop_all()]
-        errors = [f"{name}: {e}" for name, ops in operators.items() for op in ops.started
-                  for e in op.problems()]
-    assert not problems, problems
-    assert not errors, errors
