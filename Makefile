@@ -55,8 +55,8 @@ image:
 ## manager and two workers, each a whole control plane with Kueue v0.19.2; make test runs
 ## them too), and scenario e, a worker's API server lost mid-run
 ## (tests/integration/test_multikueue_worker_lost.py, three clusters of its own; make test
-## deselects it, --worker-loss runs it). About 13 minutes on 2 CPUs, measured in parts
-## (docs/multikueue.md, "Reproduce"): 430 s the first file (shared machine), 373 s the second.
+## deselects it, --worker-loss runs it). 362 s as one run on 2 CPUs, warm caches, machine
+## otherwise idle (docs/multikueue.md, "Reproduce").
 multikueue:
 	@venv=$$(scripts/dev-venv.sh); \
 	export TRAINJOBS_CONTROL_PLANE_BIN=$$(scripts/build-control-plane.sh | tail -n 1); \
