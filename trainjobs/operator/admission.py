@@ -217,14 +217,13 @@ class Queueing:
             WORKLOAD_PRIORITY_CLASSES: (parse_workload_priority_class, self._on_workload_class,
                                         ""),
             PRIORITY_CLASSES: (parse_priority_class, self._on_pod_class, ""),
+            NAMESPACES: (_namespace_labels, self._on_namespace, ""),
         }
+        # What `refused` checked at start, informer for informer.
         self.informers: list[Informer[Any]] = [
             Informer(kube, res, ns, _parsed(parse), on_change, label_selector=selector)
-            for res, ns in watched(namespaces)
+            for res, ns in watched(namespaces, self.settings.manage_jobs_without_queue_name)
             for parse, on_change, selector in (handlers[res],)]
-        if self.settings.manage_jobs_without_queue_name:
-            self.informers.append(Informer(kube, NAMESPACES, None, _namespace_labels,
-                                           self._on_namespace))
 
     # Cache events -----------------------------------------------------------------------
 
