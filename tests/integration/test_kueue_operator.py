@@ -210,17 +210,22 @@ def test_high_priority_job_preempts_a_running_low_one_through_kueue(queue: Queue
 
 def test_flavor_node_labels_and_tolerations_land_on_the_pods(queue: Queue) -> None:
     """(c) The flavor's node label and toleration are on the admitted pods, which bind to
-    the flavor's (tainted) nodes."""
+    the flavor's (tainted) nodes. The pods are read while both run: once worker 0 succeeds
+    the job does, and the default cleanPodPolicy (Running) deletes a worker still running."""
     ns = queue.ns
-    queue.tfjob("placed", cpu="1", workers=2, run="2s")
-    ns.wait_finished("TfJob", "placed", timeout=60)
-    pods = ns.pods("placed")
-    assert len(pods) == 2
+    queue.tfjob("placed", cpu="1", workers=2, exit_code=None)
+    pods = ns.wait_pods("placed", {"placed-worker-0": "Running", "placed-worker-1": "Running"},
+                        timeout=60)
     for pod in pods:
         assert pod["spec"]["nodeSelector"]["pool"] == queue.flavor
         assert {"key": "pool", "operator": "Equal", "value": queue.flavor,
                 "effect": "NoSchedule"} in pod["spec"]["tolerations"]
         assert pod["spec"]["nodeName"] in queue.nodes, pod["spec"].get("nodeName")
+    for pod in pods:
+        ns.end_pod(pod["metadata"]["name"])
+    status = ns.wait_finished("TfJob", "placed", timeout=60)
+    assert status["state"] == "Succeeded", status
+    assert not queue.operator.problems()
 
 
 def test_operator_restarted_mid_admission_makes_no_second_workload(
