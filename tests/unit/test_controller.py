@@ -307,3 +307,22 @@ async def test_the_watch_event_of_our_own_status_write_queues_nothing() -> None:
         newer.raw["metadata"]["resourceVersion"] = "999999"
         h.controller._on_job("MODIFIED", (NS, "tf"), newer, mem.entry)
         assert len(queue) == 1 and mem.entry is newer
+
+
+async def test_the_job_is_held_once_after_the_watch_shows_our_own_write() -> None:
+    """Our write's answer is held until the informer shows the same version; then the
+    informer's entry is held, not the answer's copy beside it (issue 28.3: one entry per job,
+    not two). An answer that arrives after the watch event keeps the informer's."""
+    async with running_controller(status_coalesce_seconds=0.0) as h:
+        h.submit()
+        await h.reconcile("tf")
+        assert h.status_writes() == 1
+        (informer,) = [i for i in h.controller.informers if i.resource == TFJOBS]
+        mem = h.memory()
+        assert mem is not None
+        cached = informer.store[(NS, "tf")]
+        assert mem.entry is cached
+        assert mem.entry.resource_version == h.job()["metadata"]["resourceVersion"]
+        answer = reduce_job(copy.deepcopy(h.job()))
+        h.controller._on_job("MODIFIED", (NS, "tf"), answer, mem.entry, cached=False)
+        assert mem.entry is cached

@@ -17,6 +17,7 @@ requests through it, and importing it costs 63 MB of RSS for its generated model
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import contextlib
 import os
 import urllib.request
@@ -32,8 +33,8 @@ from trainjobs.kube.reachability import Reachability
 from trainjobs.kube.resources import Resource
 
 __all__ = [
-    "LIST_PAGE_SIZE", "ErrorHook", "Kube", "Query", "Transport", "connect", "gather_limited",
-    "split_lines",
+    "LIST_PAGE_SIZE", "TLS_READ_BUFFER", "ErrorHook", "Kube", "Query", "Transport", "connect",
+    "gather_limited", "limit_tls_read_buffer", "split_lines",
 ]
 
 #: What a failed call is reported to besides the caller: (verb, error).
@@ -45,6 +46,9 @@ Query = list[tuple[str, Any]]
 #: Objects per LIST page: what a re-list holds decoded at once.
 LIST_PAGE_SIZE = 500
 
+
+#: Bytes each TLS connection reads into at once (asyncio's default: 256 KiB).
+TLS_READ_BUFFER = 64 * 1024
 
 #: Connections for requests (parallel reconciles' creates, status writes, events), besides
 #: one per open watch.
@@ -96,6 +100,23 @@ async def connect(kubeconfig: str | None, watches: int = 0) -> Transport:
         return Transport(creds, REQUEST_CONNECTIONS + watches)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         raise KubeconfigError(f"credentials for {creds.server}: {exc}") from None
+
+
+def limit_tls_read_buffer(size: int = TLS_READ_BUFFER) -> None:
+    """Make every TLS connection of this process read into a buffer of `size` bytes.
+
+    Why: asyncio's TLS protocol (3.11+) gives each connection a zero-filled read buffer of
+    `SSLProtocol.max_size`, 256 KiB, resident for the connection's life. The operator keeps up
+    to REQUEST_CONNECTIONS + one per watch open, 74 of them: 18.5 MB, about an eighth of its
+    memory at 5,000 jobs (tracemalloc in the running operator, docs/benchmarks.md "Memory").
+    A TLS record holds at most 16 KiB, so 64 KiB still takes four records per read; a large
+    LIST page is read in more, smaller reads. It is a class attribute the protocol reads on
+    each connection, so it applies to connections opened after the call.
+    """
+    if not isinstance(getattr(asyncio.sslproto.SSLProtocol, "max_size", None), int):
+        raise RuntimeError("asyncio.sslproto.SSLProtocol has no integer max_size: this Python's "
+                           "TLS protocol is not the one limit_tls_read_buffer was written for")
+    asyncio.sslproto.SSLProtocol.max_size = size
 
 
 def _environment_matters() -> bool:

@@ -169,7 +169,9 @@ class Controller:
 
     # Cache events -----------------------------------------------------------------------
 
-    def _on_job(self, etype: str, key: Key, new: JobEntry | None, old: JobEntry | None) -> None:
+    def _on_job(self, etype: str, key: Key, new: JobEntry | None, old: JobEntry | None,
+                cached: bool = True) -> None:
+        """A job's informer event, or (`cached` False) our own status write's answer."""
         entry = new or old
         if entry is None:
             return  # (nothing cached changed)
@@ -181,7 +183,11 @@ class Controller:
         if mem is not None and _not_newer(new, mem.entry):
             # Our own status write is already as new as this event (or newer): its watch
             # event, seen after we applied the write's answer, changes nothing and must not
-            # cost another reconcile of the job.
+            # cost another reconcile of the job. The same version from the informer replaces
+            # the answer's copy, so that one entry per job is held, not two (5,000 jobs:
+            # about 8 MB).
+            if cached and new.resource_version == mem.entry.resource_version:
+                mem.entry = new
             return
         if mem is not None and mem.entry.uid != new.uid:
             # Deleted and created again under the same name (a re-list saw only the new one):
@@ -512,7 +518,7 @@ class Controller:
         mem.pending_since = None
         if self.memory.get(key) is mem and updated.get("metadata"):
             fresh = reduce_job(updated)
-            self._on_job("MODIFIED", (job.namespace, job.name), fresh, mem.entry)
+            self._on_job("MODIFIED", (job.namespace, job.name), fresh, mem.entry, cached=False)
 
     async def _act(self, mem: JobMemory, key: str, job: Job, decision: Plan) -> None:
         ns = job.namespace

@@ -14,6 +14,7 @@ import signal
 from typing import Any
 
 from trainjobs.kube import Kube, connect
+from trainjobs.kube.api import limit_tls_read_buffer
 from trainjobs.operator import metrics
 from trainjobs.operator.controller import Controller, watches
 from trainjobs.operator.gcfreeze import install_gc_freeze
@@ -39,6 +40,7 @@ def run_operator(args: argparse.Namespace) -> int:
 
 async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
     install_gc_freeze(settings.gc_thaw_interval)  # after the imports and plugins it would walk
+    limit_tls_read_buffer()  # before the first connection
     api = await connect(settings.kubeconfig, watches=watches(plugins, settings.controller))
     kube = Kube(api, request_timeout=settings.request_timeout, on_error=metrics.count_api_error)
     controller = Controller(kube, plugins, settings.controller)
