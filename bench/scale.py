@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +49,7 @@ from bench.api import BENCH_UA, CEILING_UA, Api, gather_bounded
 from bench.cluster import Cluster
 from bench.cpu import cpu_diff, cpu_snapshot
 from bench.fanout import _path, _start_pyspy, _stop_pyspy
+from bench.heapprobe import ENV
 from bench.jobs import rendered_objects, tfjob, tfjob_path
 from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
 from bench.report import (
@@ -98,6 +102,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="py-spy record the operator while populating and during the latency "
                         "phase")
+    p.add_argument("--heap-probe", action="store_true",
+                   help="run the operator under bench.heapprobe and break its memory down "
+                        "when empty and when populated (the default operator command only)")
     p.add_argument("--timeout", type=float, default=3600.0, help="per phase")
     p.add_argument("--workdir", type=Path)
     p.add_argument("--keep-workdir", action="store_true")
@@ -445,7 +452,10 @@ async def main_async(args: argparse.Namespace) -> int:
     watcher = Watcher(api, [ns, ceiling_ns], keep_series=False,
                       configmap_namespaces=[ceiling_ns])
     watcher.pods_per_job = replicas
-    op = OperatorProcess(args.operator_cmd, kubeconfig=cluster.plane.kubeconfig, namespace=ns,
+    operator_cmd = args.operator_cmd
+    if args.heap_probe:
+        operator_cmd = heap_probed(operator_cmd, root / "heap")
+    op = OperatorProcess(operator_cmd, kubeconfig=cluster.plane.kubeconfig, namespace=ns,
                          concurrency=args.concurrency, log_path=root / "operator.log",
                          ready_path=None if args.ready_path == "none" else args.ready_path)
     pyspy = None
@@ -461,6 +471,8 @@ async def main_async(args: argparse.Namespace) -> int:
         await watcher.synced.wait()
         result["operator_ready_seconds"] = await op.start()
         result["footprint_empty"] = op.footprint()
+        if args.heap_probe:
+            result["heap_empty"] = await heap(op, root / "heap", 1)
         bench = Bench(args, cluster, api, watcher, op, ns, ceiling_ns, owner)
         rounds: list[dict[str, Any]] = [{} for _ in range(args.repeats)]
         result["rounds"] = rounds
@@ -495,6 +507,8 @@ async def main_async(args: argparse.Namespace) -> int:
         log(f"footprint: {watcher.counts[ns].jobs} jobs, {watcher.counts[ns].pods} pods, "
             f"{watcher.counts[ns].services} Services: rss {fp['rss_mb']:.0f} MB, peak "
             f"{fp['hwm_mb']:.0f} MB, cpu {fp['cpu_s']:.0f}s")
+        if args.heap_probe:
+            result["heap_full"] = await heap(op, root / "heap", 2)
         write_result("scale", result, args.out)
 
         for k, rnd in enumerate(rounds):
@@ -615,6 +629,36 @@ def print_summary(r: dict[str, Any]) -> None:
         print(f"    restart ready: {mmm(sm['restart_ready_seconds'], 1, '.1f')} s; peak RSS "
               f"{mmm(sm['restart_hwm_mb'])} MB; operator writes "
               f"{mmm(sm['restart_operator_writes'])} (target 0)")
+
+
+def heap_probed(command: str, out: Path) -> str:
+    """The default operator command, run under bench.heapprobe (writing to `out`-N.json)."""
+    prefix = "{python} -m trainjobs.cli "
+    if not command.startswith(prefix):
+        raise SystemExit(f"--heap-probe needs an operator command starting {prefix!r}")
+    return f"env {ENV}={out} {{python}} -m bench.heapprobe " + command[len(prefix):]
+
+
+async def heap(op: OperatorProcess, out: Path, n: int) -> dict[str, Any]:
+    """Ask the operator for its n-th memory breakdown (bench.heapprobe) and log its lines."""
+    path = Path(f"{out}-{n}.json")
+    os.kill(op.pid, signal.SIGUSR1)
+    for _ in range(600):
+        if path.exists():
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise RuntimeError(f"the operator wrote no heap probe {path} in 60 s")
+    found: dict[str, Any] = json.loads(path.read_text())
+    if "error" in found:
+        raise RuntimeError(f"the operator's heap probe failed: {found['error']}")
+    glibc = found["glibc"] or {}
+    log(f"heap: rss {found['rss_mb']:.1f} MB; pymalloc in use "
+        f"{found['pymalloc']['in_use_mb']:.1f} MB of {found['pymalloc']['arenas']} arenas; "
+        f"glibc in use {glibc.get('in_use_mb', float('nan')):.1f} MB, free "
+        f"{glibc.get('free_mb', float('nan')):.1f} MB; {found['tls_connections']} TLS "
+        f"connections ({found['tls_read_buffers_mb']:.1f} MB of read buffers)")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
