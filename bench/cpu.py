@@ -54,3 +54,12 @@ def cpu_diff(after: dict[str, float], before: dict[str, float]) -> dict[str, flo
     out["machine_busy"] = round(busy, 2)
     out["machine_capacity"] = round(after["machine_total"] - before["machine_total"], 2)
     return out
+
+
+#: The keys of a `cpu_diff` that are not a control-plane daemon.
+NOT_CONTROL_PLANE = frozenset({"operator", "bench", "others", "machine_busy", "machine_capacity"})
+
+
+def control_plane_cpu(diff: dict[str, float]) -> float:
+    """The CPU seconds of a `cpu_diff` that the control plane's daemons spent."""
+    return sum(v for k, v in diff.items() if k not in NOT_CONTROL_PLANE)

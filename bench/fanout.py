@@ -45,7 +45,7 @@ from typing import Any
 
 from bench.api import BENCH_UA, CEILING_UA, Api, gather_bounded
 from bench.cluster import Cluster
-from bench.cpu import cpu_diff, cpu_snapshot
+from bench.cpu import control_plane_cpu, cpu_diff, cpu_snapshot
 from bench.jobs import KUBEFLOW_GROUP, kubeflow_tfjob, rendered_objects, tfjob, tfjob_path
 from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
 from bench.report import (
@@ -461,6 +461,8 @@ def summarize(repeats: list[dict[str, Any]], labels: list[str]) -> dict[str, Any
     for c in ceilings:
         summary[c]["client_cpu_seconds"] = stats([r[c]["cpu_until_objects"]["bench"]
                                                   for r in repeats])
+        summary[c]["machine_cpu_until_objects"] = stats([
+            r[c]["cpu_until_objects"]["machine_busy"] for r in repeats])
     for label in labels:
         summary[label] = {k: stats([r[label][k] for r in repeats
                                     if r[label].get(k) is not None])
@@ -470,6 +472,16 @@ def summarize(repeats: list[dict[str, Any]], labels: list[str]) -> dict[str, Any
         for k in ("others", "machine_busy"):
             summary[label][f"{k}_cpu_seconds"] = stats([
                 r[label]["cpu_until_finished"][k] for r in repeats])
+        # CPU-bound: the create rate follows the CPU every process spent per object.
+        until = [r[label]["cpu_until_objects"] for r in repeats]
+        summary[label]["machine_cpu_until_objects"] = stats([u["machine_busy"] for u in until])
+        summary[label]["operator_cpu_until_objects"] = stats([u["operator"] for u in until])
+        summary[label]["control_plane_cpu_until_objects"] = stats([
+            control_plane_cpu(u) for u in until])
+        for c in ceilings:
+            summary[label][f"cpu_ratio_to_{c}"] = stats([
+                r[c]["cpu_until_objects"]["machine_busy"] / r[label]["cpu_until_objects"]
+                ["machine_busy"] for r in repeats])
         summary[label]["peak_rss_mb"] = stats([r[label]["footprint_end"]["hwm_mb"]
                                                for r in repeats])
         if all("resync" in r[label] for r in repeats):
@@ -493,6 +505,7 @@ def print_summary(summary: dict[str, Any], args: argparse.Namespace, labels: lis
         print(f"ceiling (bare aiohttp client, {conc} requests in flight):")
         line("all objects exist (s)", c["objects_seconds"])
         line("create rate (objects/s)", c["create_rate"], fmt=".0f")
+        line("machine CPU until then (CPU-s)", c["machine_cpu_until_objects"])
         line("all pods Running (s)", c["pods_running_seconds"])
         line("+ Chief run: every job Succeeded (s)", c["jobs_succeeded_seconds"])
     for label in labels:
@@ -503,6 +516,12 @@ def print_summary(summary: dict[str, Any], args: argparse.Namespace, labels: lis
         line("ours / best ceiling (target >= 0.80)", s["ratio_to_ceiling"], fmt=".2f")
         for conc in args.ceilings:
             line(f"ours / ceiling at {conc}", s[f"ratio_to_ceiling{conc}"], fmt=".2f")
+        line("machine CPU until then (CPU-s)", s["machine_cpu_until_objects"])
+        line("  of which control plane", s["control_plane_cpu_until_objects"])
+        line("  of which operator", s["operator_cpu_until_objects"])
+        for conc in args.ceilings:
+            line(f"  ceiling{conc}'s CPU / this CPU", s[f"cpu_ratio_to_ceiling{conc}"],
+                 fmt=".2f")
         line("all pods Running (s)", s["pods_running_seconds"])
         line("every job Running (s)", s["jobs_running_seconds"])
         line("every job Succeeded (s)", s["jobs_succeeded_seconds"])
