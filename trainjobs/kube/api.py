@@ -107,8 +107,8 @@ def limit_tls_read_buffer(size: int = TLS_READ_BUFFER) -> None:
 
     Why: asyncio's TLS protocol (3.11+) gives each connection a zero-filled read buffer of
     `SSLProtocol.max_size`, 256 KiB, resident for the connection's life. The operator keeps up
-    to REQUEST_CONNECTIONS + one per watch open, 74 of them: 18.5 MB, about an eighth of its
-    memory at 5,000 jobs (tracemalloc in the running operator, docs/benchmarks.md "Memory").
+    to REQUEST_CONNECTIONS + one per watch open, 74 of them: 18.5 MB, found by tracemalloc in
+    the running operator when it held 167 MB at 5,000 jobs (docs/benchmarks.md, "Memory").
     A TLS record holds at most 16 KiB, so 64 KiB still takes four records per read; a large
     LIST page is read in more, smaller reads. It is a class attribute the protocol reads on
     each connection, so it applies to connections opened after the call.
