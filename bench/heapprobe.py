@@ -23,6 +23,7 @@ import asyncio.sslproto
 import collections
 import ctypes
 import gc
+import itertools
 import json
 import os
 import re
@@ -84,6 +85,7 @@ def _pymalloc() -> dict[str, float]:
 
 
 def _rss() -> dict[str, float]:
+    # Not trainjobs.testing's proc_memory: importing that package would add to what is measured.
     with open("/proc/self/status") as f:
         status = dict(line.split(":", 1) for line in f)
     return {key: int(status[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM")}
@@ -120,10 +122,11 @@ def probe() -> dict[str, Any]:
     }
 
 
-def _on_signal(out: str, taken: list[int]) -> None:
+def _on_signal(out: str) -> None:
+    numbers = itertools.count(1)
+
     def handler(_signum: int, _frame: FrameType | None) -> None:
-        taken[0] += 1
-        path = f"{out}-{taken[0]}.json"
+        path = f"{out}-{next(numbers)}.json"
         try:
             found = probe()
         except Exception as exc:  # raised in a signal handler, it would stop the operator
@@ -138,7 +141,7 @@ def main() -> None:
     out = os.environ.get(ENV)
     if not out:
         sys.exit(f"bench.heapprobe: set {ENV} to the path prefix its probes are written to")
-    _on_signal(out, [0])
+    _on_signal(out)
     sys.argv = ["trainjobs", *sys.argv[1:]]
     runpy.run_module("trainjobs.cli", run_name="__main__", alter_sys=True)
 
