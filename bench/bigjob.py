@@ -11,6 +11,11 @@ and /proc (RSS, peak).
     python -m bench.bigjob                        # TfJob of 2,000 Workers beside 100 small
     python -m bench.bigjob --kind MxJob --workers 2000
     python -m bench.bigjob --validate             # no cluster: CPU of parse_job/render_job
+    python -m bench.bigjob --repeats 3 --label old --operator-cmd "env PYTHONPATH=/tmp/old \\
+        {python} -P -m trainjobs.cli operator ..." --label new --operator-cmd "{python} ..."
+
+With several --operator-cmd, the phases alternate (old, new, old, new, ...), each on a fresh
+control plane, so that the baseline is measured in the same run on the same machine.
 """
 
 from __future__ import annotations
@@ -82,7 +87,8 @@ async def loop_lag(op: OperatorProcess) -> dict[str, float]:
     return out
 
 
-async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+async def run(args: argparse.Namespace, root: Path, operator_cmd: str) -> dict[str, Any]:
+    root.mkdir(parents=True, exist_ok=True)
     cluster = Cluster.start(root / "cluster", nodes=args.nodes, node_pods=args.node_pods,
                             audit=False)
     api = Api(cluster.plane)
@@ -90,7 +96,7 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     big_pods = sum(r["replicas"] for r in big["spec"]["replicaSpecs"].values())
     # The operator refuses a job over --max-replicas-per-job (default 2000): a TfJob of 2,000
     # Workers has a Chief too, so the limit is raised to fit the job under test.
-    command = f"{DEFAULT_OPERATOR_CMD} --max-replicas-per-job {max(big_pods, 2000)}"
+    command = f"{operator_cmd} --max-replicas-per-job {max(big_pods, 2000)}"
     op = OperatorProcess(command, kubeconfig=cluster.plane.kubeconfig,
                          namespace=NS, concurrency=16, log_path=root / "operator.log")
     try:
@@ -188,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--node-pods", type=int, default=1000)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--operator-cmd", action="append", default=[],
+                   help="the operator under test, a template as bench.fanout's (repeatable: "
+                        "the phases alternate); --max-replicas-per-job is appended")
+    p.add_argument("--label", action="append", default=[],
+                   help="a name per --operator-cmd (default: ours, other1, ...)")
+    p.add_argument("--repeats", type=int, default=1, help="runs per operator, alternated")
     p.add_argument("--validate", action="store_true",
                    help="only the CPU of validating and rendering, no cluster")
     args = p.parse_args(argv)
@@ -196,11 +208,27 @@ def main(argv: list[str] | None = None) -> int:
                                              "machine": machine(), "after": validate_cpu()},
                      args.out)
         return 0
+    commands = args.operator_cmd or [DEFAULT_OPERATOR_CMD]
+    labels = args.label or ["ours"] + [f"other{i}" for i in range(1, len(commands))]
+    if len(labels) != len(commands):
+        raise SystemExit("give one --label per --operator-cmd")
+    runs: list[dict[str, Any]] = []
     with workdir("bigjob") as root:
-        result = asyncio.run(run(args, root))
-    write_result(f"bigjob-{args.kind.lower()}", {"benchmark": "bigjob", "machine": machine(),
-                                                  "params": vars(args) | {"out": str(args.out)},
-                                                  "result": result}, args.out)
+        for repeat in range(args.repeats):
+            for label, command in zip(labels, commands, strict=True):
+                log(f"phase {label}, repeat {repeat + 1} of {args.repeats}")
+                result = asyncio.run(run(args, root / f"{label}-{repeat}", command))
+                runs.append({"label": label, "repeat": repeat} | result)
+    for run_ in runs:
+        log(f"{run_['label']:>10} #{run_['repeat'] + 1}: longest lag {run_['loop_lag_max_ms']} "
+            f"ms (on the CPU {run_['loop_lag_busy_max_ms']} ms), "
+            f"{run_['loop_lag_samples_over_100ms']} of {run_['loop_lag_samples']} over 100 ms, "
+            f"all small pods {run_['seconds_to_all_small_pods']} s, all big pods "
+            f"{run_['seconds_to_all_big_pods']} s, peak RSS {run_['rss_mb_peak']} MB")
+    document: dict[str, Any] = {"benchmark": "bigjob", "machine": machine(),
+                                "params": vars(args) | {"out": str(args.out)}}
+    document |= {"result": runs[0]} if len(runs) == 1 else {"runs": runs}
+    write_result(f"bigjob-{args.kind.lower()}", document, args.out)
     return 0
 
 

@@ -4,6 +4,7 @@ stands for, what is forgotten with a deleted job, and a name someone else holds.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 
@@ -11,6 +12,7 @@ import pytest
 
 from trainjobs.kube import PODS, ApiForbidden, NamespaceTerminating, api_error
 from trainjobs.operator.cache import reduce_job
+from trainjobs.operator.controller import BATCH_SECONDS_PER_REPLICA, OFFLOAD_REPLICAS
 
 from .controller_harness import NS, TFJOBS, Harness, running_controller
 from .fake_kube import status_error
@@ -326,3 +328,40 @@ async def test_the_job_is_held_once_after_the_watch_shows_our_own_write() -> Non
         answer = reduce_job(copy.deepcopy(h.job()))
         h.controller._on_job("MODIFIED", (NS, "tf"), answer, mem.entry, cached=False)
         assert mem.entry is cached
+
+
+async def test_a_large_jobs_events_wait_for_its_batch_period_and_a_small_jobs_do_not() -> None:
+    """A job over OFFLOAD_REPLICAS is reconciled once per batch period, whatever number of
+    its pods change meanwhile (issue 28.4); a small job's events are handled at once."""
+    async with running_controller() as h:
+        h.submit("big", Chief=1, Worker=OFFLOAD_REPLICAS + 99)
+        h.submit("small")
+        loop = asyncio.get_running_loop()
+        passes: list[tuple[str, float]] = []
+        ended: dict[str, float] = {}
+        reconcile = h.controller.reconcile
+
+        async def recorded(key: str) -> None:
+            name = key.split("/")[-1]
+            passes.append((name, loop.time()))
+            await reconcile(key)
+            ended[name] = loop.time()
+
+        h.controller.reconcile = recorded  # type: ignore[method-assign]
+        queue = h.controller.queue
+        workers = asyncio.create_task(queue.run(h.controller._handle, 2))
+        await h.sync()  # the informers queue both jobs: a first pass each
+        while len(ended) < 2:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.001)
+        queue.add(h.key("big"))  # a pod of each changed
+        queue.add(h.key("small"))
+        await asyncio.sleep(0.005)
+        assert [name for name, _ in passes[2:]] == ["small"]
+        while len(passes) < 4:
+            await asyncio.sleep(0.001)
+        name, started = passes[3]
+        assert name == "big"
+        assert started - ended["big"] >= 200 * BATCH_SECONDS_PER_REPLICA - 0.002  # 20 ms
+        await queue.close()
+        await asyncio.wait_for(workers, 5)

@@ -140,9 +140,9 @@ class Kube:
     async def request(self, verb: str, url: str, body: Any = None, *,
                       query: list[tuple[str, Any]] | None = None,
                       content_type: str = "application/json",
-                      timeout: float | None = None) -> dict[str, Any]:
-        """One API call; returns the decoded JSON body. Raises `ApiError` (status 0 when no
-        response came, a timeout included)."""
+                      timeout: float | None = None, decode: bool = True) -> dict[str, Any]:
+        """One API call; returns the decoded JSON body ({} unless `decode`). Raises `ApiError`
+        (status 0 when no response came, a timeout included)."""
         timeout = self.request_timeout if timeout is None else timeout
         with self._answering(verb):
             resp = await self.api.open(
@@ -153,11 +153,13 @@ class Kube:
         if not 200 <= resp.status <= 299:
             raise self._refused(verb, resp, raw)
         self.reachability.answered()
-        result: dict[str, Any] = orjson.loads(raw) if raw else {}
+        result: dict[str, Any] = orjson.loads(raw) if raw and decode else {}
         return result
 
     async def create(self, resource: Resource, namespace: str, body: dict[str, Any]) -> None:
-        await self.request("POST", resource.url(namespace), body)
+        """The created object is not decoded: nobody reads it (the watch brings it), and a
+        2,000-replica TfJob's pods come back as 160 MB of JSON."""
+        await self.request("POST", resource.url(namespace), body, decode=False)
 
     async def delete(self, resource: Resource, namespace: str, name: str,
                      propagation: str = "Background") -> None:

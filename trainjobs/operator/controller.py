@@ -213,6 +213,7 @@ class Controller:
     def _forget(self, key: str) -> None:
         """The job is gone: drop everything remembered about it (one place, one object)."""
         mem = self.memory.pop(key, None)
+        self.queue.drop(key)
         if mem is not None:
             self._count_state(mem.entry, -1)
         if self.kueue is not None:
@@ -290,6 +291,7 @@ class Controller:
         started = time.perf_counter()
         try:
             await self.reconcile(key)
+            self._batch_events(key)
             if self.kueue is not None and self.kueue.take_retry(key):
                 # Kueue's step must run again (a flavor or priority class missing, a
                 # Workload write refused with 409): the job's back-off grows, as for an
@@ -315,6 +317,16 @@ class Controller:
             if self.kueue is not None:
                 self.kueue.take_retry(key)  # (a pass that raised asked nothing more)
             metrics.RECONCILE_DURATION.labels(kind=kind).observe(time.perf_counter() - started)
+
+    def _batch_events(self, key: str) -> None:
+        """A large job's next reconcile waits BATCH_SECONDS_PER_REPLICA a replica (at most
+        MAX_BATCH_SECONDS): the events of its pods meanwhile are handled in one pass."""
+        mem = self.memory.get(key)
+        if mem is None:
+            return
+        replicas = _replica_count(mem.entry.raw)
+        if replicas > OFFLOAD_REPLICAS:
+            self.queue.hold(key, min(MAX_BATCH_SECONDS, replicas * BATCH_SECONDS_PER_REPLICA))
 
     # Reconcile --------------------------------------------------------------------------
 
@@ -350,8 +362,11 @@ class Controller:
         framework = self._framework(job.kind)
         rendering = Rendering(job, framework, self.plugins, backend="kubernetes",
                               controller_config=self.settings.controller_config)
-        parsed.desired = await _cpu(_replica_count(job) > OFFLOAD_REPLICAS, PackedRender.of,
-                                    rendering.replicas(), rendering.extras())
+        if _replica_count(job) > OFFLOAD_REPLICAS:
+            parsed.desired = await PackedRender.of_sliced(rendering.replicas(),
+                                                          rendering.extras())
+        else:
+            parsed.desired = PackedRender.of(rendering.replicas(), rendering.extras())
         parsed.attempt = job.status.attempt
         return parsed.desired.unpack()
 
@@ -472,10 +487,12 @@ class Controller:
                               status: JobStatus) -> JobStatus:
         """`status` with what the job's watched objects report (`status.ownedObjects`)."""
         reports = []
-        for entry in sorted(self.owned.of(key), key=lambda e: (e.kind, e.name)):
-            if entry.obj is None or entry.owner_uid != uid:
-                continue
-            report = self.plugins.object_status(job, entry.obj)
+        # Only watched objects carry `obj`: picked out before sorting, as a 2,000-replica
+        # job owns 4,000 pods and Services that sorting would order on every reconcile.
+        watched = [(e.kind, e.name, e.obj) for e in self.owned.of(key)
+                   if e.obj is not None and e.owner_uid == uid]
+        for _kind, _name, obj in sorted(watched, key=lambda w: (w[0], w[1])):
+            report = self.plugins.object_status(job, obj)
             if report is not None:
                 reports.append(OwnedObjectStatus(kind=report.kind, name=report.name,
                                                  phase=report.phase,
@@ -737,6 +754,17 @@ def _still_owed(mem: JobMemory, attempt: int, pods: list[ObservedPod]) -> frozen
     return names - {p.name for p in pods}
 
 
+#: A job of more than OFFLOAD_REPLICAS replicas is reconciled at most once per this many
+#: seconds a replica (2,000 replicas: 0.2 s). Why: each of its reconciles reads all its pods
+#: (milliseconds of CPU per thousand), and its pods change all the time while they start or
+#: end, so reconciling it once per event kept a worker thread and the loop busy, stalling
+#: every other job's events (issue 28.4, bench.bigjob). Small jobs are never held.
+BATCH_SECONDS_PER_REPLICA = 1e-4
+#: kube-controller-manager's Job controller batches every Job's pod events for 1 s
+#: (syncJobBatchPeriod): no job waits longer here.
+MAX_BATCH_SECONDS = 1.0
+
+
 def _log_state_change(mem: JobMemory, job: Job, new: JobStatus) -> None:
     """One info line per state the job enters, when it is decided (a coalesced status write
     may carry Created and Running together: both are logged). The state is remembered only
@@ -749,10 +777,12 @@ def _log_state_change(mem: JobMemory, job: Job, new: JobStatus) -> None:
         mem.logged_state = None
 
 
-#: A job with more replicas is validated, rendered and planned in a worker thread: its CPU
-#: work (tens of milliseconds per hundred replicas, and a reconcile that creates its pods
-#: decodes all their manifests) must not stall the event loop that serves every other job.
-#: The GIL lets the loop run every few milliseconds meanwhile (sys.getswitchinterval()).
+#: A job with more replicas is validated and planned in a worker thread, and rendered on the
+#: loop a chunk at a time (PackedRender.of_sliced): its CPU work (tens of milliseconds per
+#: hundred replicas, and a reconcile that creates its pods decodes all their manifests) must
+#: not stall the event loop that serves every other job. The GIL lets the loop run every few
+#: milliseconds while a thread computes (sys.getswitchinterval()), but makes it wait after
+#: each socket call: the longest work, the rendering, stays on the loop in slices.
 OFFLOAD_REPLICAS = 100
 
 
