@@ -6,17 +6,28 @@ never handled twice at once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from trainjobs.operator.workqueue import WorkQueue
 
 
+@asynccontextmanager
+async def _working(queue: WorkQueue, handler: Callable[[str], Awaitable[None]],
+                   workers: int = 1) -> AsyncIterator[None]:
+    """The queue's workers run `handler` inside the block; closed and awaited after it."""
+    runner = asyncio.create_task(queue.run(handler, workers=workers))
+    try:
+        yield
+    finally:
+        await queue.close()
+        await asyncio.wait_for(runner, 5)
+
+
 async def _run_until(queue: WorkQueue, handler: Callable[[str], Awaitable[None]],
                      done: asyncio.Event) -> None:
-    runner = asyncio.create_task(queue.run(handler, workers=1))
-    await asyncio.wait_for(done.wait(), 5)
-    await queue.close()
-    await asyncio.wait_for(runner, 5)
+    async with _working(queue, handler):
+        await asyncio.wait_for(done.wait(), 5)
 
 
 async def test_a_worker_lets_ready_callbacks_run_between_keys() -> None:
@@ -86,25 +97,23 @@ async def test_events_for_a_held_key_are_batched_into_one_pass_when_the_hold_end
         if key == "big":
             queue.hold(key, 0.2)  # as the controller holds a large job after its reconcile
 
-    runner = asyncio.create_task(queue.run(handler, workers=2))
-    queue.add("big")
-    await _settle()
-    assert seen == [("big", 0.0)]
-    for _ in range(3):  # its pods' events
-        await clock.advance(0.05)
+    async with _working(queue, handler, workers=2):
         queue.add("big")
         await _settle()
-    queue.add("small")  # another job is not held
-    await _settle()
-    assert seen == [("big", 0.0), ("small", 0.15)]
-    await clock.advance(0.049)
-    assert len(seen) == 2
-    await clock.advance(0.002)  # the hold ends: one pass for the three events
-    assert seen[2:] == [("big", 0.201)]
-    await clock.advance(1.0)
-    assert len(seen) == 3
-    await queue.close()
-    await asyncio.wait_for(runner, 5)
+        assert seen == [("big", 0.0)]
+        for _ in range(3):  # its pods' events
+            await clock.advance(0.05)
+            queue.add("big")
+            await _settle()
+        queue.add("small")  # another job is not held
+        await _settle()
+        assert seen == [("big", 0.0), ("small", 0.15)]
+        await clock.advance(0.049)
+        assert len(seen) == 2
+        await clock.advance(0.002)  # the hold ends: one pass for the three events
+        assert seen[2:] == [("big", 0.201)]
+        await clock.advance(1.0)
+        assert len(seen) == 3
 
 
 async def test_a_timer_set_for_a_held_key_still_fires_when_set() -> None:
@@ -118,13 +127,11 @@ async def test_a_timer_set_for_a_held_key_still_fires_when_set() -> None:
             queue.hold(key, 0.5)
             queue.add_after(key, 0.1)  # a requeue the plan asked for
 
-    runner = asyncio.create_task(queue.run(handler, workers=1))
-    queue.add("big")
-    await _settle()
-    await clock.advance(0.1)
-    assert seen == [0.0, 0.1]
-    await queue.close()
-    await asyncio.wait_for(runner, 5)
+    async with _working(queue, handler):
+        queue.add("big")
+        await _settle()
+        await clock.advance(0.1)
+        assert seen == [0.0, 0.1]
 
 
 async def test_a_dropped_key_is_no_longer_held() -> None:
@@ -136,12 +143,10 @@ async def test_a_dropped_key_is_no_longer_held() -> None:
         seen.append(clock.now)
         queue.hold(key, 0.5)
 
-    runner = asyncio.create_task(queue.run(handler, workers=1))
-    queue.add("job")
-    await _settle()
-    queue.drop("job")  # the job was deleted: its last pass is not delayed
-    queue.add("job")
-    await _settle()
-    assert seen == [1000.0, 1000.0]
-    await queue.close()
-    await asyncio.wait_for(runner, 5)
+    async with _working(queue, handler):
+        queue.add("job")
+        await _settle()
+        queue.drop("job")  # the job was deleted: its last pass is not delayed
+        queue.add("job")
+        await _settle()
+        assert seen == [1000.0, 1000.0]

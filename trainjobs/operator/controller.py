@@ -322,9 +322,8 @@ class Controller:
         """A large job's next reconcile waits BATCH_SECONDS_PER_REPLICA a replica (at most
         MAX_BATCH_SECONDS): the events of its pods meanwhile are handled in one pass."""
         mem = self.memory.get(key)
-        if mem is None:
-            return
-        replicas = _replica_count(mem.entry.raw)
+        parsed = mem.parsed if mem is not None else None
+        replicas = parsed.replicas if parsed is not None else 0
         if replicas > OFFLOAD_REPLICAS:
             self.queue.hold(key, min(MAX_BATCH_SECONDS, replicas * BATCH_SECONDS_PER_REPLICA))
 
@@ -343,7 +342,8 @@ class Controller:
             job = await _cpu(_replica_count(raw) > OFFLOAD_REPLICAS, functools.partial(
                 parse_job, controller_config=self.settings.controller_config),
                 raw, self.plugins, key, limit)
-            parsed = Parsed(entry.generation, entry.uid, PackedJob.pack(job), None)
+            parsed = Parsed(entry.generation, entry.uid, PackedJob.pack(job), None,
+                            replicas=_replica_count(job))
         except SpecInvalid as exc:
             parsed = Parsed(entry.generation, entry.uid, None, None, exc)
         mem.parsed = parsed
@@ -362,7 +362,7 @@ class Controller:
         framework = self._framework(job.kind)
         rendering = Rendering(job, framework, self.plugins, backend="kubernetes",
                               controller_config=self.settings.controller_config)
-        if _replica_count(job) > OFFLOAD_REPLICAS:
+        if parsed.replicas > OFFLOAD_REPLICAS:
             parsed.desired = await PackedRender.of_sliced(rendering.replicas(),
                                                           rendering.extras())
         else:

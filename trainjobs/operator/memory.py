@@ -34,6 +34,9 @@ class Parsed:
     error: SpecInvalid | None = None
     # The attempt `desired` was rendered for (kinds whose replicas restart together).
     attempt: int = 0
+    # The replicas the spec asks for (counted once per generation: large jobs are handled
+    # apart, see controller.OFFLOAD_REPLICAS).
+    replicas: int = 0
 
     @property
     def job(self) -> Job | None:
