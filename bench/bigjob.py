@@ -33,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.api import Api, gather_bounded
 from bench.cluster import Cluster
 from bench.jobs import tfjob
-from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
+from bench.operator import OperatorProcess, operator_phases
 from bench.report import arguments, log, machine, workdir, write_result
 
 NS = "bench-bigjob"
@@ -208,14 +208,11 @@ def main(argv: list[str] | None = None) -> int:
                                              "machine": machine(), "after": validate_cpu()},
                      args.out)
         return 0
-    commands = args.operator_cmd or [DEFAULT_OPERATOR_CMD]
-    labels = args.label or ["ours"] + [f"other{i}" for i in range(1, len(commands))]
-    if len(labels) != len(commands):
-        raise SystemExit("give one --label per --operator-cmd")
+    phases = operator_phases(args.operator_cmd, args.label)
     runs: list[dict[str, Any]] = []
     with workdir("bigjob") as root:
         for repeat in range(args.repeats):
-            for label, command in zip(labels, commands, strict=True):
+            for label, command in phases:
                 log(f"phase {label}, repeat {repeat + 1} of {args.repeats}")
                 result = asyncio.run(run(args, root / f"{label}-{repeat}", command))
                 runs.append({"label": label, "repeat": repeat} | result)

@@ -47,7 +47,7 @@ from bench.api import BENCH_UA, CEILING_UA, Api, gather_bounded
 from bench.cluster import Cluster
 from bench.cpu import control_plane_cpu, cpu_diff, cpu_snapshot
 from bench.jobs import KUBEFLOW_GROUP, kubeflow_tfjob, rendered_objects, tfjob, tfjob_path
-from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess
+from bench.operator import DEFAULT_OPERATOR_CMD, OperatorProcess, operator_phases
 from bench.report import (
     REPO,
     RESULTS_DIR,
@@ -541,20 +541,17 @@ def print_summary(summary: dict[str, Any], args: argparse.Namespace, labels: lis
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    commands = args.operator_cmd or [DEFAULT_OPERATOR_CMD]
     args.ceilings = sorted({int(x) for x in (args.ceiling_concurrency
                                              or f"{args.concurrency},64").split(",")})
-    labels = args.label or ["ours"] + [f"other{i}" for i in range(1, len(commands))]
     if args.training_operator:
         if args.operator_cmd or args.label:
             raise SystemExit("--training-operator sets the phases: no --operator-cmd/--label")
         # training-operator's commands are made per repeat (ports, certificates).
-        labels = list(TRAINING_OPERATOR_PHASES)
-        commands = [TRAINING_OPERATOR_PHASES[x][1] if TRAINING_OPERATOR_PHASES[x][0] == "ours"
-                    else "" for x in labels]
-    if len(labels) != len(commands):
-        raise SystemExit("give one --label per --operator-cmd")
-    pairs = list(zip(labels, commands, strict=True))
+        pairs = [(x, TRAINING_OPERATOR_PHASES[x][1] if TRAINING_OPERATOR_PHASES[x][0] == "ours"
+                  else "") for x in TRAINING_OPERATOR_PHASES]
+    else:
+        pairs = operator_phases(args.operator_cmd, args.label)
+    labels = [label for label, _ in pairs]
     result: dict[str, Any] = {"benchmark": "fanout", "machine": machine(),
                               "params": {k: (str(v) if isinstance(v, Path) else v)
                                          for k, v in vars(args).items()},
