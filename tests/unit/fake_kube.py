@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainjobs.kube import ApiConflict, ApiError, ApiNotFound, Resource, api_error
+from trainjobs.kube.selector import parse_selector
 from trainjobs.operator.admission import WORKLOADS
 
 Obj = dict[str, Any]
@@ -228,10 +229,8 @@ class FakeKube:
 
 
 def _selects(selector: str, obj: Obj) -> bool:
-    """Only the form the operator uses: a label key that must be present."""
-    if not selector:
-        return True
-    return selector in ((obj.get("metadata") or {}).get("labels") or {})
+    """The API server's label selection, by the parser the operator's cache uses."""
+    return parse_selector(selector).matches((obj.get("metadata") or {}).get("labels") or {})
 
 
 __all__ = ["ApiConflict", "ApiNotFound", "Call", "FakeKube", "status_error"]

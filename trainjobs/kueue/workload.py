@@ -269,8 +269,8 @@ def build_workload(job: Job, pod_sets: Sequence[PodSet],
     if annotations:
         meta["annotations"] = annotations
     spec: dict[str, Any] = {"podSets": [p.to_api() for p in pod_sets], **priority.spec()}
-    if queue_name(job):  # none for an unlabelled job (manageJobsWithoutQueueName): omitempty
-        spec["queueName"] = queue_name(job)
+    if queue := queue_name(job):  # none for an unlabelled job (manageJobsWithoutQueueName)
+        spec["queueName"] = queue
     max_exec = maximum_execution_time_seconds(job)
     if max_exec is not None:
         spec["maximumExecutionTimeSeconds"] = max_exec
