@@ -32,7 +32,6 @@ DEFAULT_OPERATOR_CMD = (
 )
 
 
-
 def operator_phases(commands: list[str], labels: list[str]) -> list[tuple[str, str]]:
     """(label, command) per operator under test, from repeated --operator-cmd and --label:
     our default operator when none is given; labels default to ours, other1, ..."""
@@ -41,6 +40,7 @@ def operator_phases(commands: list[str], labels: list[str]) -> list[tuple[str, s
     if len(labels) != len(commands):
         raise SystemExit("give one --label per --operator-cmd")
     return list(zip(labels, commands, strict=True))
+
 
 class OperatorProcess:
     """The operator under test, as a child process in its own session.

@@ -17,6 +17,7 @@ from trainjobs.convert import convert_documents
 from trainjobs.core.validation import split_jobs
 from trainjobs.crdgen import crd_file_name, crd_for, render_crd_yaml
 from trainjobs.errors import PluginError, SpecInvalid
+from trainjobs.operator.controller import OFFLOAD_REPLICAS, _requested_replicas
 from trainjobs.plugin.manager import ENABLE_PLUGINS_ENV, PluginManager, load_plugins
 from trainjobs.yamlio import read_documents
 
@@ -217,3 +218,17 @@ def test_chart_kubeflow_crds_are_up_to_date(enabled: PluginManager) -> None:
         path = chart / crd_file_name(framework)
         assert path.read_text() == render_crd_yaml(framework), (
             f"{path} is stale: regenerate with TRAINJOBS_ENABLE_PLUGINS=kubeflow trainjobs crds")
+
+
+def test_a_large_kubeflow_job_is_counted_as_large_before_it_is_validated(
+        enabled: PluginManager) -> None:
+    """The operator validates a job of more than OFFLOAD_REPLICAS off the event loop, deciding
+    from the raw object: a Kubeflow kind's replicas are under its own field (tfReplicaSpecs),
+    and a count that is not an int is not trusted."""
+    framework = enabled.framework_for("TFJob")
+    assert framework is not None
+    raw = {"spec": {"tfReplicaSpecs": {"Chief": {"replicas": 1}, "PS": {},
+                                       "Worker": {"replicas": OFFLOAD_REPLICAS},
+                                       "Evaluator": {"replicas": "9"}}}}
+    assert _requested_replicas(raw, framework.replica_specs_field) == OFFLOAD_REPLICAS + 2
+    assert _requested_replicas(raw, "replicaSpecs") == 0

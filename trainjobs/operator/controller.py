@@ -322,8 +322,7 @@ class Controller:
         """A large job's next reconcile waits BATCH_SECONDS_PER_REPLICA a replica (at most
         MAX_BATCH_SECONDS): the events of its pods meanwhile are handled in one pass."""
         mem = self.memory.get(key)
-        parsed = mem.parsed if mem is not None else None
-        replicas = parsed.replicas if parsed is not None else 0
+        replicas = mem.parsed.replicas if mem is not None and mem.parsed is not None else 0
         if replicas > OFFLOAD_REPLICAS:
             self.queue.hold(key, min(MAX_BATCH_SECONDS, replicas * BATCH_SECONDS_PER_REPLICA))
 
@@ -339,7 +338,10 @@ class Controller:
                              "this operator (--max-replicas-per-job)")
         try:
             raw = entry.raw
-            job = await _cpu(_replica_count(raw) > OFFLOAD_REPLICAS, functools.partial(
+            framework = self.plugins.framework_for(entry.kind)
+            field = framework.replica_specs_field if framework is not None else "replicaSpecs"
+            offload = _requested_replicas(raw, field) > OFFLOAD_REPLICAS
+            job = await _cpu(offload, functools.partial(
                 parse_job, controller_config=self.settings.controller_config),
                 raw, self.plugins, key, limit)
             parsed = Parsed(entry.generation, entry.uid, PackedJob.pack(job), None,
@@ -795,11 +797,16 @@ async def _cpu(offload: bool, fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
-def _replica_count(job: Job | dict[str, Any]) -> int:
-    """The replicas a job asks for; from a raw object, counting only what is an int."""
-    if isinstance(job, Job):
-        return sum(r.replicas for r in job.spec.replica_specs.values())
-    specs = (job.get("spec") or {}).get("replicaSpecs")
+def _replica_count(job: Job) -> int:
+    """The replicas a validated job asks for."""
+    return sum(r.replicas for r in job.spec.replica_specs.values())
+
+
+def _requested_replicas(raw: dict[str, Any], field: str) -> int:
+    """The replicas a job not yet validated asks for under its kind's replica-specs `field`
+    (`replicaSpecs`, or a plugin kind's alias such as Kubeflow's `tfReplicaSpecs`), counting
+    only what is an int: it decides where the validation runs, before the spec is trusted."""
+    specs = (raw.get("spec") or {}).get(field)
     if not isinstance(specs, dict):
         return 0
     counts = [s.get("replicas", 1) for s in specs.values() if isinstance(s, dict)]
