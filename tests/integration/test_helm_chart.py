@@ -763,7 +763,7 @@ def test_gang_scheduling_grants_the_schedulers_podgroups(helm_offline: Helm, sch
     assert yaml.safe_load(one(docs, "ConfigMap")["data"]["controller-config.yaml"]) == config
 
 
-#: What kueue.enabled adds to the operator's (Cluster)Role: operator/admission.py's calls.
+#: What kueue.enabled adds to the operator's (Cluster)Role: operator/gates/kueue.py's calls.
 WORKLOAD_GRANTS = ({("kueue.x-k8s.io", "workloads", v, "")
                     for v in ("list", "watch", "create", "patch", "delete")}
                    | {("kueue.x-k8s.io", "workloads/status", "patch", "")})
@@ -774,7 +774,7 @@ MANAGER_VALUES = {"kueue": {"enabled": True}, "multiKueue": {"manager": True}}
 def test_kueue_grants_exactly_what_the_admission_calls(helm_offline: Helm) -> None:
     """kueue.enabled: the Workloads the operator creates, patches (and their status) and
     deletes, in the namespaces it watches; the cluster-scoped reads its caches list and watch
-    (operator/admission.py), bound cluster-wide also when it watches given namespaces; and the
+    (operator/gates/kueue.py), bound cluster-wide also when it watches given namespaces; and the
     queue-name policy."""
     workloads = WORKLOAD_GRANTS
     reads = {(g, r, v, "") for g, r in (("kueue.x-k8s.io", "resourceflavors"),

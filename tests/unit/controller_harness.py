@@ -18,8 +18,9 @@ from typing import Any
 from trainjobs.kube import PODS, Resource, job_resource
 from trainjobs.kube.informer import Informer
 from trainjobs.kueue.reconcile import KueueSettings
-from trainjobs.operator.admission import NAMESPACES, Queueing
 from trainjobs.operator.controller import Controller, ControllerSettings
+from trainjobs.operator.gates import Gates
+from trainjobs.operator.gates.kueue import NAMESPACES, Queueing
 from trainjobs.operator.memory import JobMemory
 
 from .fake_kube import FakeKube
@@ -63,13 +64,22 @@ class Harness:
     controller: Controller
 
     async def sync(self) -> None:
-        """Let the watches see every change made so far, and the handlers run."""
+        """Let the watches see every change made so far, the handlers run, and the Events
+        posted so far be written."""
+        await self.controller.events.flush()
         self.kube.deliver()
         for _ in range(100):
             await asyncio.sleep(0)
             if not self.kube.pending_events():
                 break
         await asyncio.sleep(0)
+
+    @property
+    def kueue(self) -> Queueing:
+        """The controller's Kueue gate (`queueing_controller`)."""
+        gate = next((g for g in self.controller.gates.gates if isinstance(g, Queueing)), None)
+        assert gate is not None, "no Kueue gate: use queueing_controller"
+        return gate
 
     async def reconcile(self, name: str) -> None:
         await self.sync()
@@ -120,11 +130,14 @@ async def running_controller(**settings: Any) -> AsyncIterator[Harness]:
     kube, clock = FakeKube(), FakeClock()
     controller = Controller(kube, PLUGINS,  # type: ignore[arg-type]
                             ControllerSettings(namespaces=(NS,), **settings), clock)
+    poster = asyncio.create_task(controller.events.run())
     try:
         async with synced(controller.informers):
             yield Harness(kube, clock, controller)
     finally:
         await controller.queue.close()
+        poster.cancel()
+        await asyncio.gather(poster, return_exceptions=True)
 
 
 @asynccontextmanager
@@ -140,9 +153,10 @@ async def queueing_controller(settings: KueueSettings | None = None,
             h.kube.put(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                     "metadata": {"name": NS, "namespace": "",
                                                  "labels": ns_labels}})
-        c.kueue = Queueing(h.kube, [NS], c.events, c.queue.add,  # type: ignore[arg-type]
-                           settings, on_namespace=c._namespace_changed)
-        async with synced(c.kueue.informers):
+        gate = Queueing(h.kube, [NS], c.events, c.queue.add,  # type: ignore[arg-type]
+                        settings, on_namespace=c._namespace_changed, clock=h.clock)
+        c.gates = Gates([gate])
+        async with synced(gate.informers):
             yield h
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from trainjobs.kube import ApiConflict, ApiError, ApiNotFound, Resource, api_error
 from trainjobs.kube.selector import parse_selector
-from trainjobs.operator.admission import WORKLOADS
+from trainjobs.operator.gates.kueue import WORKLOADS
 
 Obj = dict[str, Any]
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from trainjobs.kube import ApiError, Kube, Resource, api_error
-from trainjobs.operator.admission import discover, refused
+from trainjobs.operator.gates.kueue import discover, refused
 
 _SERVED = {"resources": [{"name": "workloads"}, {"name": "clusterqueues"}]}
 

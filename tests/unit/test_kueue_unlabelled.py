@@ -10,7 +10,7 @@ from contextlib import AbstractAsyncContextManager
 
 from trainjobs.kube.selector import parse_selector
 from trainjobs.kueue.reconcile import KueueSettings
-from trainjobs.operator.admission import NAMESPACES, WORKLOADS
+from trainjobs.operator.gates.kueue import NAMESPACES, WORKLOADS
 
 from .controller_harness import NS, TFJOBS, Harness, queueing_controller
 
@@ -29,7 +29,7 @@ def workloads(h: Harness) -> list[dict[str, object]]:
 
 async def test_an_unlabelled_job_in_a_managed_namespace_waits_for_a_queue() -> None:
     async with with_kueue(MANAGED, {"kueue": "on"}) as h:
-        assert any(i.resource == NAMESPACES for i in h.controller.kueue.informers)  # type: ignore[union-attr]
+        assert any(i.resource == NAMESPACES for i in h.kueue.informers)
         h.submit("tf", Worker=2)
         await h.reconcile("tf")
         [wl] = workloads(h)
@@ -47,8 +47,7 @@ async def test_an_unlabelled_job_elsewhere_runs_as_without_kueue() -> None:
 
 async def test_off_by_default_and_no_namespace_watch() -> None:
     async with with_kueue(KueueSettings(), {"kueue": "on"}) as h:
-        assert h.controller.kueue is not None
-        assert not any(i.resource == NAMESPACES for i in h.controller.kueue.informers)
+        assert not any(i.resource == NAMESPACES for i in h.kueue.informers)
         h.submit("tf", Worker=2)
         await h.reconcile("tf")
         assert not workloads(h) and len(h.pod_names()) == 2
@@ -65,8 +64,7 @@ async def test_a_namespace_label_change_reconciles_its_jobs() -> None:
         h.kube.put(NAMESPACES, ns)
         await h.sync()
         assert key in h.controller.queue._queued
-        assert h.controller.kueue is not None
-        assert h.controller.kueue.namespace_labels[NS] == {"kueue": "on"}
+        assert h.kueue.namespace_labels[NS] == {"kueue": "on"}
 
 
 

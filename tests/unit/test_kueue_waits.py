@@ -14,7 +14,7 @@ from contextlib import AbstractAsyncContextManager
 
 from trainjobs.kube import Resource
 from trainjobs.kueue import constants as k
-from trainjobs.operator.admission import (
+from trainjobs.operator.gates.kueue import (
     RESOURCE_FLAVORS,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
@@ -74,7 +74,7 @@ async def test_a_missing_priority_class_backs_off_then_runs_when_it_appears() ->
         assert len(created) == 1 and created[0].body is not None
         assert created[0].body["spec"]["priority"] == 500
         assert key not in h.controller.queue._failures  # the back-off starts over
-        assert h.controller.kueue is not None and not h.controller.kueue._waiting
+        assert not h.kueue._waiting
 
 
 async def test_a_missing_flavor_waits_for_the_flavor() -> None:

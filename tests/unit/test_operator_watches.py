@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainjobs.operator.admission import Queueing
 from trainjobs.operator.controller import Controller, ControllerSettings, watches
+from trainjobs.operator.gates.kueue import Queueing
 
 from .fake_kube import FakeKube
 from .helpers import PLUGINS

@@ -58,6 +58,7 @@ __all__ = [
     "decide",
     "finalize_orphan",
     "finish_workload",
+    "without_finalizer",
 ]
 
 
@@ -186,7 +187,9 @@ def _spec_patch(wl: Workload, spec: Mapping[str, Any]) -> PatchWorkload:
     return PatchWorkload(wl.metadata.name, {**_meta_patch(wl), "spec": dict(spec)})
 
 
-def _remove_finalizer(wl: Workload) -> PatchWorkload | None:
+def without_finalizer(wl: Workload) -> PatchWorkload | None:
+    """Kueue's resource-in-use finalizer removed from `wl` (None: it has none): the one
+    patch every path that lets a Workload go writes (finish, orphan, delete)."""
     if k.FINALIZER_RESOURCE_IN_USE not in wl.metadata.finalizers:
         return None
     rest = [f for f in wl.metadata.finalizers if f != k.FINALIZER_RESOURCE_IN_USE]
@@ -368,7 +371,7 @@ def finalize_orphan(wl: Workload, now: datetime) -> ApplyCondition | PatchWorklo
             and not wl.is_true(k.COND_FINISHED)):
         return finish_workload(wl, "OwnerNotFound", "The workload's owner no longer exists",
                                now)
-    return _remove_finalizer(wl)
+    return without_finalizer(wl)
 
 
 def decide(state: JobState, owned: Sequence[Workload], flavors: Mapping[str, ResourceFlavor],
@@ -404,11 +407,11 @@ def decide(state: JobState, owned: Sequence[Workload], flavors: Mapping[str, Res
         admission = Admission(admitted=False, reason="WorkloadFinished", message=message,
                               eviction=Eviction("WorkloadFinished", message) if state.active
                               else None, workload=wl.metadata.name)
-        return p.step(admission, _remove_finalizer(wl), wl=wl)
+        return p.step(admission, without_finalizer(wl), wl=wl)
 
     if wl is not None and wl.metadata.deletion_timestamp:  # 1.1 (reconciler.go:452)
         return p.step(_stopped("WorkloadDeleted", "Workload is deleted", wl),
-                      _remove_finalizer(wl), wl=wl)
+                      without_finalizer(wl), wl=wl)
 
     if state.finished is not None:  # 3 (reconciler.go:484)
         admission = _settled(p, wl) if wl is not None else Admission(admitted=False)

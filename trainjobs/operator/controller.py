@@ -12,14 +12,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from trainjobs.api.models import (
-    DEFAULT_MAX_REPLICAS_PER_JOB,
     MANAGED_BY_MULTIKUEUE,
     MANAGED_BY_OPERATOR,
     ConditionType,
@@ -30,7 +28,7 @@ from trainjobs.api.models import (
     OwnedObjectStatus,
 )
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
-from trainjobs.core.planner import KindRules, Plan, PlanInputs, PlannerSettings, plan
+from trainjobs.core.planner import KindRules, Plan, PlanInputs, plan
 from trainjobs.core.render import RenderedJob, Rendering
 from trainjobs.core.status import current_condition, failed, is_finished, must_write_now
 from trainjobs.core.validation import ReplicaLimit, parse_job
@@ -53,9 +51,7 @@ from trainjobs.kube import (
 )
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue.constants import LABEL_QUEUE_NAME
-from trainjobs.kueue.reconcile import KueueSettings
-from trainjobs.operator import admission, metrics
-from trainjobs.operator.admission import Queueing, discover, refused
+from trainjobs.operator import metrics
 from trainjobs.operator.backoff import CreateGate
 from trainjobs.operator.cache import (
     JOB_GROUPS,
@@ -69,8 +65,11 @@ from trainjobs.operator.cache import (
     reduce_owned,
 )
 from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
+from trainjobs.operator.controller_settings import ControllerSettings
 from trainjobs.operator.events import EventRecorder
+from trainjobs.operator.gates import FACTORIES, GateContext, GateFactory, Gates
 from trainjobs.operator.memory import Expectations, JobMemory, Parsed
+from trainjobs.operator.result import DONE, Result
 from trainjobs.operator.workqueue import WorkQueue
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework
@@ -82,29 +81,43 @@ T = TypeVar("T")
 OWNED_SELECTOR = "trainjobs.io/job-name"
 
 
-@dataclass(frozen=True)
-class ControllerSettings:
-    namespaces: tuple[str, ...] = ()  # empty: all namespaces
-    concurrency: int = 16
-    # Status changes that only update counts are written at most this often per job.
-    status_coalesce_seconds: float = 1.0
-    expectation_timeout: float = 120.0
-    create_parallelism: int = 16
-    # The plugins' sections (settings.py builds it once: file, overrides, checked).
-    controller_config: Mapping[str, Any] = field(default_factory=dict)
-    # Most replicas one job may have in all (--max-replicas-per-job); at most the CRDs' own.
-    max_replicas_per_job: int = DEFAULT_MAX_REPLICAS_PER_JOB
-    planner: PlannerSettings = field(default_factory=PlannerSettings)
-    # A MultiKueue manager cluster (--multikueue-manager): no job runs here; only MultiKueue's
-    # jobs get their Workload. Why: a job created here without managedBy would run in the
-    # manager, whose nodes are not meant for training (docs/multikueue.md).
-    multikueue_manager: bool = False
-    # Kueue admission (operator/admission.py): manageJobsWithoutQueueName and its selector.
-    kueue: KueueSettings = field(default_factory=KueueSettings)
-
-
 class NameConflict(Exception):
     """An object the job must create exists and belongs to someone else: never adopted."""
+
+
+@dataclass(slots=True)
+class Actuation:
+    """What carrying out one plan did: how many objects it created, and the API server's
+    refusals that decide what comes next (see `Controller._carry_out`)."""
+
+    created: int = 0
+    # A name the job needs is held by an object of another owner.
+    conflict: NameConflict | None = None
+    # The namespace is being deleted: its creates are refused.
+    namespace_terminating: bool = False
+    # A ResourceQuota refused a create (retryable ones: the quota may free up).
+    quota: ApiForbidden | None = None
+    # The API server refuses what was built from the job (400, 403, 422 not retryable).
+    rejected: ApiError | None = None
+    # Anything else that failed: the pass is retried.
+    failed: list[BaseException] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, results: Sequence[object]) -> Actuation:
+        """Classify the answers of one plan's calls ("created", "exists", "deleted",
+        "gone", or the exception a call raised)."""
+        done = cls(created=sum(1 for r in results if r == "created"))
+        errors = [r for r in results if isinstance(r, BaseException)]
+        done.conflict = next((e for e in errors if isinstance(e, NameConflict)), None)
+        done.namespace_terminating = any(isinstance(e, NamespaceTerminating) for e in errors)
+        done.quota = next((e for e in errors if isinstance(e, ApiForbidden) and
+                           e.quota_exceeded), None)
+        if done.quota is not None:
+            errors = [e for e in errors if not (isinstance(e, ApiForbidden) and e.retryable)]
+        done.rejected = next((e for e in errors if isinstance(
+            e, ApiBadRequest | ApiForbidden | ApiInvalid) and not e.retryable), None)
+        done.failed = [e for e in errors if not isinstance(e, NameConflict)]
+        return done
 
 
 def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -131,7 +144,8 @@ class Controller:
     """Reconciles every job of every installed kind."""
 
     def __init__(self, kube: Kube, plugins: PluginManager, settings: ControllerSettings,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK,
+                 gate_factories: Sequence[GateFactory] = FACTORIES) -> None:
         self.kube = kube
         self.plugins = plugins
         self.settings = settings
@@ -140,7 +154,7 @@ class Controller:
         # Everything remembered per job (job key -> JobMemory), forgotten whole when it goes.
         self.memory: dict[str, JobMemory] = {}
         self.owned = OwnerIndex()
-        self.events = EventRecorder(kube)
+        self.events = EventRecorder(kube, clock)
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._containers = {f.name: f.container_name for f in plugins.frameworks.values()}
         self._groups = frozenset(f.group for f in plugins.frameworks.values()) or JOB_GROUPS
@@ -152,8 +166,10 @@ class Controller:
             r.kind for r in declared if r.with_replicas))
         self.informers: list[Informer[Any]] = []
         namespaces: list[str | None] = list(settings.namespaces) or [None]
-        # Kueue admission (operator/admission.py): on when the API server serves Workloads.
-        self.kueue: Queueing | None = None
+        # What may hold a job's pods back (operator/gates): started in `run`, each when it is
+        # served here; none started, every job runs as without them.
+        self.gate_factories = tuple(gate_factories)
+        self.gates = Gates()
         self._namespaces = namespaces
         kinds = set(_job_resources(plugins))
         for res, ns in _watched(plugins, namespaces, self.watched):
@@ -169,17 +185,23 @@ class Controller:
 
     # Cache events -----------------------------------------------------------------------
 
-    def _on_job(self, etype: str, key: Key, new: JobEntry | None, old: JobEntry | None,
-                cached: bool = True) -> None:
-        """A job's informer event, or (`cached` False) our own status write's answer."""
+    def _on_job(self, etype: str, key: Key, new: JobEntry | None, old: JobEntry | None) -> None:
+        """A job's informer event: remembered, and its job queued when it says more than what
+        this operator knows already."""
         entry = new or old
         if entry is None:
             return  # (nothing cached changed)
         jkey = job_key(entry.kind, *key)
-        mem = self.memory.get(jkey)
         if new is None:
             self._forget(jkey)
             return
+        if self._remember(jkey, new, cached=True):
+            self.queue.add(jkey)
+
+    def _remember(self, jkey: str, new: JobEntry, cached: bool) -> bool:
+        """Keep `new` as the job's entry — from the informer (`cached`) or our own status
+        write's answer — unless what is kept is as new; whether it was newer."""
+        mem = self.memory.get(jkey)
         if mem is not None and _not_newer(new, mem.entry):
             # Our own status write is already as new as this event (or newer): its watch
             # event, seen after we applied the write's answer, changes nothing and must not
@@ -188,7 +210,7 @@ class Controller:
             # about 8 MB).
             if cached and new.resource_version == mem.entry.resource_version:
                 mem.entry = new
-            return
+            return False
         if mem is not None and mem.entry.uid != new.uid:
             # Deleted and created again under the same name (a re-list saw only the new one):
             # nothing of the old job (a quota's back-off, expectations) carries over.
@@ -201,7 +223,7 @@ class Controller:
             self._count_state(mem.entry, -1)
         self._count_state(new, +1)
         mem.entry = new
-        self.queue.add(jkey)
+        return True
 
     def _namespace_changed(self, namespace: str) -> None:
         """A namespace's labels changed (Kueue's managedJobsNamespaceSelector may now select
@@ -216,8 +238,7 @@ class Controller:
         self.queue.drop(key)
         if mem is not None:
             self._count_state(mem.entry, -1)
-        if self.kueue is not None:
-            self.kueue.forget(key)
+        self.gates.forget(key)
 
     def _count_state(self, entry: JobEntry, delta: int) -> None:
         state = str(entry.status.get("state") or "Pending")
@@ -252,28 +273,22 @@ class Controller:
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
 
-    async def _kueue_refused(self) -> bool:
-        """Whether Kueue is served but this operator may not read its objects: then the
-        integration stays off, said once, rather than never becoming ready."""
-        why = await refused(self.kube, self._namespaces,
-                            namespaces_too=self.settings.kueue.manage_jobs_without_queue_name)
-        if why is not None:
-            log.warning("Kueue serves Workloads but this operator may not read them (%s): "
-                        "Kueue admission is off and jobs labelled %s are not queued; grant "
-                        "the RBAC (the chart's kueue.enabled) and restart the operator", why,
-                        "kueue.x-k8s.io/queue-name")
-        return why is not None
+    async def start_gates(self) -> None:
+        """Start every gate served here (operator/gates) and add its caches to ours."""
+        context = GateContext(self.kube, self._namespaces, self.settings, self.events,
+                              self.queue.add, self._namespace_changed, self.clock)
+        started = [gate for factory in self.gate_factories
+                   if (gate := await factory.start(context)) is not None]
+        self.gates = Gates(started)
+        self.informers.extend(self.gates.informers)
 
     async def run(self) -> None:
-        """Start informers, wait for their first lists, then reconcile until cancelled."""
-        if self.kueue is None and await discover(self.kube) and \
-                not await self._kueue_refused():
-            self.kueue = Queueing(self.kube, self._namespaces, self.events, self.queue.add,
-                                  self.settings.kueue, on_namespace=self._namespace_changed)
-            self.informers.extend(self.kueue.informers)
-            log.info("Kueue serves Workloads: jobs labelled %s are admitted through it",
-                     "kueue.x-k8s.io/queue-name")
+        """Start the gates, informers and the Event poster, wait for the caches' first lists,
+        then reconcile until cancelled."""
+        if not self.gates:
+            await self.start_gates()
         tasks = [asyncio.create_task(i.run(), name=repr(i)) for i in self.informers]
+        poster = asyncio.create_task(self.events.run(), name="event poster")
         try:
             await asyncio.gather(*(i.synced.wait() for i in self.informers))
             log.info("caches synced: %d jobs, %d informers", len(self.memory),
@@ -284,47 +299,60 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.queue.close()
+            await self.events.close()
+            poster.cancel()
+            await asyncio.gather(poster, return_exceptions=True)
 
     async def _handle(self, key: str) -> None:
-        """Reconcile one job; whatever goes wrong, the operator keeps running."""
+        """Reconcile one job and requeue it as its result says; whatever goes wrong, the
+        operator keeps running."""
         kind = key.split("/", 1)[0]
-        started = time.perf_counter()
+        started = self.clock.monotonic()
         try:
-            await self.reconcile(key)
-            self._batch_events(key)
-            if self.kueue is not None and self.kueue.take_retry(key):
-                # Kueue's step must run again (a flavor or priority class missing, a
-                # Workload write refused with 409): the job's back-off grows, as for an
-                # error, and is reset by the first pass that needs no retry.
-                delay = self.queue.retry(key)
-                metrics.RECONCILES.labels(result="retry").inc()
-                log.debug("reconcile %s: Kueue's step runs again in %.2fs", key, delay)
-            else:
-                self.queue.forget(key)
-                metrics.RECONCILES.labels(result="ok").inc()
+            self._requeue(key, await self.reconcile(key))
         except TemporaryError as exc:
-            delay = self.queue.retry(key, exc.delay)
-            metrics.RECONCILES.labels(result="retry").inc()
+            delay = self._requeue(key, _AGAIN, at_least=exc.delay)
             log.info("reconcile %s: %s; retrying in %.2fs", key, exc, delay)
         except PermanentError as exc:
             metrics.RECONCILES.labels(result="error").inc()
             log.error("reconcile %s: %s", key, exc)
         except Exception:  # a bug must not stop the other jobs
-            delay = self.queue.retry(key)
-            metrics.RECONCILES.labels(result="error").inc()
+            delay = self._requeue(key, _AGAIN, outcome="error")
             log.exception("reconcile %s failed unexpectedly; retrying in %.2fs", key, delay)
         finally:
-            if self.kueue is not None:
-                self.kueue.take_retry(key)  # (a pass that raised asked nothing more)
-            metrics.RECONCILE_DURATION.labels(kind=kind).observe(time.perf_counter() - started)
+            metrics.RECONCILE_DURATION.labels(kind=kind).observe(
+                self.clock.monotonic() - started)
 
-    def _batch_events(self, key: str) -> None:
+    def _requeue(self, key: str, result: Result, at_least: float | None = None,
+                 outcome: str = "") -> float | None:
+        """The one place a pass's result reaches the work queue; the delay of a back-off.
+
+        With `backoff` the job's back-off grows (a step that must run again: a flavor or
+        priority class missing, a write refused with 409, an API error; not before
+        `at_least`, an API server's Retry-After) and is reset by the first pass that needs
+        none. `requeue_after` is a look of its own: the sooner one wins. `outcome` names the
+        pass in `trainjobs_reconciles_total` (default: retry or ok)."""
+        delay = None
+        if result.backoff:
+            delay = self.queue.retry(key, at_least)
+            metrics.RECONCILES.labels(result=outcome or "retry").inc()
+            log.debug("reconcile %s: again in %.2fs", key, delay)
+        else:
+            self.queue.forget(key)
+            metrics.RECONCILES.labels(result="ok").inc()
+        if result.requeue_after is not None:
+            self.queue.add_after(key, result.requeue_after)
+        if result.hold > 0:
+            self.queue.hold(key, result.hold)
+        return delay
+
+    def _batch_period(self, mem: JobMemory) -> Result:
         """A large job's next reconcile waits BATCH_SECONDS_PER_REPLICA a replica (at most
         MAX_BATCH_SECONDS): the events of its pods meanwhile are handled in one pass."""
-        mem = self.memory.get(key)
-        replicas = mem.parsed.replicas if mem is not None and mem.parsed is not None else 0
+        replicas = mem.parsed.replicas if mem.parsed is not None else 0
         if replicas > OFFLOAD_REPLICAS:
-            self.queue.hold(key, min(MAX_BATCH_SECONDS, replicas * BATCH_SECONDS_PER_REPLICA))
+            return Result(hold=min(MAX_BATCH_SECONDS, replicas * BATCH_SECONDS_PER_REPLICA))
+        return DONE
 
     # Reconcile --------------------------------------------------------------------------
 
@@ -372,12 +400,12 @@ class Controller:
         parsed.attempt = job.status.attempt
         return parsed.desired.unpack()
 
-    async def reconcile(self, key: str) -> None:
+    async def reconcile(self, key: str) -> Result:
+        """One pass over the job of `key`: what it asks of the work queue is returned (see
+        `Result`); nothing here writes the queue."""
         mem = self.memory.get(key)
         if mem is None:
-            if self.kueue is not None:
-                await self.kueue.orphans(key)  # a Workload whose job is gone
-            return
+            return await self.gates.job_gone(key)  # (e.g. a Workload whose job is gone)
         entry = mem.entry
         manager = entry.manager
         elsewhere = manager != MANAGED_BY_OPERATOR
@@ -389,25 +417,25 @@ class Controller:
                             "create it again with spec.managedBy: %s and a %s label",
                             key, MANAGED_BY_MULTIKUEUE, MANAGED_BY_MULTIKUEUE,
                             LABEL_QUEUE_NAME)
-            return
+            return DONE
         if elsewhere:
             # Another controller's job (spec.managedBy, immutable): no pod, Service, PodGroup
-            # or status write, whatever its spec says (issue 26). Said once per job. Only
-            # MultiKueue's, when Kueue is served, gets what Kueue's flow expects of the job's
-            # integration in a manager cluster: its Workload (created, finished, released).
+            # or status write, whatever its spec says (issue 26). Said once per job. Only a
+            # gate that still decides for it runs (MultiKueue's, when Kueue is served, keeps
+            # its Workload in a manager cluster: created, finished, released).
             if not mem.managed_elsewhere:
                 mem.managed_elsewhere = True
                 log.info("%s is managed by %s (spec.managedBy): this operator leaves it alone",
                          key, manager)
-            if manager != MANAGED_BY_MULTIKUEUE or self.kueue is None:
-                return
+            if not self.gates.watches_managed_by(manager):
+                return DONE
         parsed = await self._parse(key, mem)
         status = JobStatus.model_validate(entry.status)
         validated = parsed.job
         if validated is None:
-            if not elsewhere:
-                await self._fail_invalid(mem, key, entry, status, parsed.error)
-            return
+            if elsewhere:
+                return DONE
+            return await self._fail_invalid(mem, key, entry, status, parsed.error)
         meta: dict[str, Any] = {"deletion_timestamp": entry.meta.get("deletionTimestamp")}
         # Labels and annotations change without a new generation (a queue name given to a
         # queued job, another priority class): the generation's cached parse keeps the old.
@@ -428,14 +456,13 @@ class Controller:
         gone, mem.gone = mem.gone, None
         together = framework.replicas_restart_together
         owed = _still_owed(mem, status.attempt, pods) if together else frozenset()
-        admission = (await self.kueue.admit(key, job, framework, desired, pods)
-                     if self.kueue is not None else None)
+        verdict = await self.gates.decide(key, job, framework, desired, pods)
         if elsewhere:
-            return  # the Workload's step only: MultiKueue runs the job in a worker cluster
+            return verdict.result  # the gates' step only: the job runs elsewhere
         inputs = PlanInputs(pods, services, extras, gone or {},
                             create_refused=mem.gate.reason if mem.gate else "",
                             creates_held=mem.gate.wait() if mem.gate else 0.0,
-                            owed=owed, admission=admission, now=self.clock.now())
+                            owed=owed, admission=verdict.admission, now=self.clock.now())
         decision = await _cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
                 plan, settings=self.planner_settings,
@@ -446,12 +473,12 @@ class Controller:
             mem.owed = (decision.status.attempt, decision.owe) if decision.owe else None
         if self.watched:
             decision.status = self._with_object_statuses(key, entry.uid, job, decision.status)
-        if self.kueue is not None:
-            decision.status = self.kueue.with_workload(key, entry.uid, decision.status)
-        await self._write_status(mem, key, job, decision.status)
-        await self._act(mem, key, job, decision)
+        decision.status = self.gates.annotate(key, entry.uid, decision.status)
+        result = verdict.result.merge(await self._write_status(mem, key, job, decision.status))
+        result = result.merge(await self._carry_out(mem, key, job, decision))
         if decision.requeue_after is not None:
-            self.queue.add_after(key, decision.requeue_after)
+            result = result.merge(Result.after(decision.requeue_after))
+        return result.merge(self._batch_period(mem))
 
     def _observed(self, key: str, mem: JobMemory, desired: RenderedJob
                   ) -> tuple[list[ObservedPod], set[str], set[str]]:
@@ -503,12 +530,16 @@ class Controller:
             return status
         return status.model_copy(update={"owned_objects": reports or None})
 
-    async def _write_status(self, mem: JobMemory, key: str, job: Job, new: JobStatus) -> None:
+    async def _write_status(self, mem: JobMemory, key: str, job: Job, new: JobStatus) -> Result:
+        """Write `new` unless it is the job's status already, or only counts changed and the
+        coalescing wait is not over (then: look again when it is). The written entry — the
+        API server's answer — becomes the job's (`_remember`), and the job is looked at
+        again with it."""
         old = job.status
         _log_state_change(mem, job, new)
         if new == old:
             mem.pending_since = None
-            return
+            return DONE
         urgent = must_write_now(old, new)
         now = self.clock.monotonic()
         # A change of counts only (or a new job's first status) goes out status_coalesce
@@ -520,8 +551,7 @@ class Controller:
         since = mem.pending_since
         wait = self.settings.status_coalesce_seconds - (now - since)
         if not urgent and wait > 0:
-            self.queue.add_after(key, wait)
-            return
+            return Result.after(wait)
         body = new.to_api()
         self.plugins.adjust_status(job, self._framework(job.kind), body)
         # A merge patch replaces what we send; fields we dropped must be sent as null.
@@ -531,15 +561,18 @@ class Controller:
         try:
             updated = await self.kube.merge_patch_status(resource, job.namespace, job.name, body)
         except ApiNotFound:
-            return
+            return DONE
         except ApiError as exc:
             raise exc.temporary() from None
         mem.pending_since = None
-        if self.memory.get(key) is mem and updated.get("metadata"):
-            fresh = reduce_job(updated)
-            self._on_job("MODIFIED", (job.namespace, job.name), fresh, mem.entry, cached=False)
+        if self.memory.get(key) is mem and updated.get("metadata") and \
+                self._remember(key, reduce_job(updated), cached=False):
+            return Result.after(0)
+        return DONE
 
-    async def _act(self, mem: JobMemory, key: str, job: Job, decision: Plan) -> None:
+    async def _act(self, mem: JobMemory, job: Job, decision: Plan) -> Actuation:
+        """The plan's deletes and creates, as API calls (at most `create_parallelism` at
+        once); what happened, for `_carry_out` to decide on."""
         ns = job.namespace
         calls: list[Any] = []
         for name in decision.delete_pods:
@@ -560,57 +593,52 @@ class Controller:
             calls.append(self._create(mem, PODS, ns, pod))
         if decision.delete_job:
             calls.append(self._delete(self._resource(job.kind), ns, job.name))
-        results = await gather_limited(self.settings.create_parallelism, *calls)
-        created = sum(1 for r in results if r == "created")
-        errors = [r for r in results if isinstance(r, BaseException)]
+        return Actuation.of(await gather_limited(self.settings.create_parallelism, *calls))
+
+    async def _carry_out(self, mem: JobMemory, key: str, job: Job, decision: Plan) -> Result:
+        """Act on the plan, post its Events, and decide on what the API server answered: a
+        name another owner holds or a create refused as invalid fails the job (from the status
+        this pass just wrote: Created, startTime, replica counts); a full ResourceQuota holds
+        the creates with a back-off; other errors are retried."""
+        done = await self._act(mem, job, decision)
         for event in decision.events:
-            await self.events.emit(job, event.type, event.reason, event.message)
-        if created:
+            self.events.post(job, event.type, event.reason, event.message)
+        if done.created:
             pods = sum(1 for p in decision.create_pods)
-            await self.events.emit(job, "Normal", "Created", f"created {created} objects "
-                                   f"({pods} pods) for {job.kind} {job.name}")
-        for err in errors:
-            if isinstance(err, NameConflict):
-                await self._fail(mem, key, job.model_copy(update={"status": decision.status}),
-                                 "NameConflict", str(err))
-                return
-        if any(isinstance(e, NamespaceTerminating) for e in errors):
+            self.events.post(job, "Normal", "Created", f"created {done.created} objects "
+                             f"({pods} pods) for {job.kind} {job.name}")
+        as_decided = job.model_copy(update={"status": decision.status})
+        if done.conflict is not None:
+            return await self._fail(mem, key, as_decided, "NameConflict", str(done.conflict))
+        if done.namespace_terminating:
             # The namespace is being deleted and the job with it: not the job's failure, and
             # nothing to retry (its deletion, or a resync, brings the next pass).
-            log.debug("%s: namespace %s is being deleted, creates refused", key, ns)
-            return
-        quota = next((e for e in errors if isinstance(e, ApiForbidden) and e.quota_exceeded),
-                     None)
-        if quota is not None:
-            await self._wait_for_quota(mem, key, job, quota)
-            errors = [e for e in errors if not (isinstance(e, ApiForbidden) and e.retryable)]
-        elif created and mem.gate is not None:
+            log.debug("%s: namespace %s is being deleted, creates refused", key, job.namespace)
+            return DONE
+        result = DONE
+        if done.quota is not None:
+            result = self._wait_for_quota(mem, job, done.quota)
+        elif done.created and mem.gate is not None:
             mem.gate = None
-            self.queue.add(key)  # the planner drops the QuotaExceeded reason
-        for err in errors:
-            if isinstance(err, ApiBadRequest | ApiForbidden | ApiInvalid) and not err.retryable:
-                # The API server refuses what we built from this job: it cannot run as is.
-                # Fail from the status this reconcile just wrote (Created, startTime, replica
-                # counts), not the one it started from.
-                await self._fail(mem, key, job.model_copy(update={"status": decision.status}),
-                                 "CreateFailed", str(err))
-                return
-        if errors:
-            first = errors[0]
-            raise TemporaryError(f"{len(errors)} API calls failed, first: {first}") from None
+            result = Result.after(0)  # the planner drops the QuotaExceeded reason
+        if done.rejected is not None:
+            return await self._fail(mem, key, as_decided, "CreateFailed", str(done.rejected))
+        if done.failed:
+            raise TemporaryError(f"{len(done.failed)} API calls failed, first: "
+                                 f"{done.failed[0]}") from None
+        return result
 
-    async def _wait_for_quota(self, mem: JobMemory, key: str, job: Job,
-                              err: ApiForbidden) -> None:
+    def _wait_for_quota(self, mem: JobMemory, job: Job, err: ApiForbidden) -> Result:
         """A ResourceQuota refused a create: not a failure, the quota may free up or be
         raised. Hold the job's creates with a growing back-off and say why, on the job (the
         planner's Created reason QuotaExceeded and pendingReason) and in an event."""
         if mem.gate is None:
             mem.gate = CreateGate(clock=self.clock.monotonic)
         delay = mem.gate.refuse(f"QuotaExceeded: {err.message}", err.retry_after)
-        self.queue.add_after(key, delay)
-        await self.events.emit(job, "Warning", "QuotaExceeded",
-                               f"ResourceQuota {err.quota} refuses the job's pods, waiting for "
-                               f"room (next try in {delay:.0f}s): {err.message}")
+        self.events.post(job, "Warning", "QuotaExceeded",
+                         f"ResourceQuota {err.quota} refuses the job's pods, waiting for "
+                         f"room (next try in {delay:.0f}s): {err.message}")
+        return Result.after(delay)
 
     async def _create(self, mem: JobMemory, res: Resource, ns: str,
                       body: dict[str, Any]) -> str:
@@ -671,21 +699,22 @@ class Controller:
         return "deleted"
 
     async def _fail(self, mem: JobMemory, key: str, job: Job, reason: str,
-                    message: str) -> None:
+                    message: str) -> Result:
         status = failed(job.status, reason, message, self.clock.now(),
                         job.metadata.generation)
-        await self._write_status(mem, key, job, status)
-        await self.events.emit(job, "Warning", reason, message[:1000])
+        result = await self._write_status(mem, key, job, status)
+        self.events.post(job, "Warning", reason, message[:1000])
+        return result
 
     async def _fail_invalid(self, mem: JobMemory, key: str, entry: JobEntry, status: JobStatus,
-                            error: SpecInvalid | None) -> None:
+                            error: SpecInvalid | None) -> Result:
         if current_condition(status) is ConditionType.FAILED:
-            return  # (it failed already: an invalid spec is written once)
+            return DONE  # (it failed already: an invalid spec is written once)
         message = "; ".join(str(e) for e in error.errors) if error else "invalid job"
         job = Job(apiVersion=entry.api_version, kind=entry.kind,
                   metadata=ObjectMeta.model_validate(entry.meta),
                   spec=JobSpec.model_construct(replica_specs={}), status=status)
-        await self._fail(mem, key, job, "InvalidSpec", message)
+        return await self._fail(mem, key, job, "InvalidSpec", message)
 
     def _framework(self, kind: str) -> Framework:
         """The framework of a kind we watch (a job of another kind never reaches here; if one
@@ -701,14 +730,15 @@ class Controller:
                             framework.version)
 
 
-def watches(plugins: PluginManager, settings: ControllerSettings) -> int:
-    """The most watches a Controller holds open (one per informer, Kueue's included): the
+def watches(plugins: PluginManager, settings: ControllerSettings,
+            gate_factories: Sequence[GateFactory] = FACTORIES) -> int:
+    """The most watches a Controller holds open (one per informer, the gates' included): the
     operator's connection pool must hold them all besides its requests (kube.connect). It
     counts the very lists the informers are built from, before there is a client to build
     them with."""
     namespaces: list[str | None] = list(settings.namespaces) or [None]
     return len(_watched(plugins, namespaces, _owned_resources(plugins, settings))) + \
-        len(admission.watched(namespaces, settings.kueue.manage_jobs_without_queue_name))
+        sum(f.watches(namespaces, settings) for f in gate_factories)
 
 
 def _job_resources(plugins: PluginManager) -> list[Resource]:
@@ -755,6 +785,9 @@ def _still_owed(mem: JobMemory, attempt: int, pods: list[ObservedPod]) -> frozen
         return frozenset()
     return names - {p.name for p in pods}
 
+
+#: A pass to run again after the job's growing back-off.
+_AGAIN = Result(backoff=True)
 
 #: A job of more than OFFLOAD_REPLICAS replicas is reconciled at most once per this many
 #: seconds a replica (2,000 replicas: 0.2 s). Why: each of its reconciles reads all its pods

@@ -41,6 +41,10 @@ GC_PAUSE = Histogram(
     "(the event loop waits for each).", ["generation"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
     registry=REGISTRY)
+EVENTS_DROPPED = Counter(
+    "trainjobs_events_dropped_total", "Kubernetes Events not posted because the poster's "
+    "queue was full (the API server slower than the jobs' events for a while).",
+    registry=REGISTRY)
 LOOP_LAG = Histogram(
     "trainjobs_event_loop_lag_seconds", "How late the event loop woke a task that slept a fixed "
     "interval: the delay every ready task (reconciles, watches, /readyz) suffered meanwhile.",

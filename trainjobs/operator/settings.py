@@ -19,7 +19,7 @@ import yaml
 from trainjobs.errors import TrainjobsError
 from trainjobs.kube.selector import SelectorError, parse_selector
 from trainjobs.kueue.reconcile import KueueSettings
-from trainjobs.operator.controller import ControllerSettings
+from trainjobs.operator.controller_settings import ControllerSettings
 from trainjobs.operator.leader import LeaseSettings
 from trainjobs.plugin.config import ControllerConfig
 from trainjobs.plugin.manager import PluginManager

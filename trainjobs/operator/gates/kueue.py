@@ -1,10 +1,11 @@
-"""Kueue admission in the controller: the caches of Kueue's objects and one `decide` per reconcile.
+"""Kueue admission, one gate of the controller (`gates.base`): Kueue's caches and one step per pass.
 
 Why here and not in the planner: the planner stays pure (it only obeys an `Admission`); the
 pure rules of Kueue's job framework live in `trainjobs.kueue`; this module is their I/O. It is
-on only when the API server serves `kueue.x-k8s.io/v1beta2` Workloads (`discover`, at start;
-no flag, as Kueue's built-in integrations), and a job without the `kueue.x-k8s.io/queue-name`
-label costs one dict lookup (`admit` returns None: the job runs exactly as without Kueue).
+on only when the API server serves `kueue.x-k8s.io/v1beta2` Workloads (`KUEUE.start`, at
+start; no flag, as Kueue's built-in integrations), and a job without the
+`kueue.x-k8s.io/queue-name` label costs one dict lookup (its verdict holds nothing back: the
+job runs exactly as without Kueue).
 
 It keeps, by list-then-watch (`Informer`): the operator's own Workloads (selected by the
 `trainjobs.io/job-name` label every Workload it builds carries) indexed by their controller
@@ -14,7 +15,7 @@ owner's key; a key whose job is gone finalizes the job's Workloads (`finalize_or
 nothing else removes Kueue's finalizer from a Workload of ours.
 
 A pass that must run again (a ResourceFlavor or priority class the job needs is missing, a
-write refused with 409) asks the controller for a retry (`take_retry`): the work queue's
+write refused with 409) says so in its verdict (`Result(backoff=True)`): the work queue's
 per-job exponential back-off, as Kueue's reconciler returning an error, so a job that names
 a class nobody creates costs one pass a minute, not one a second. A job waiting for a
 missing object is also reconciled as soon as that object's informer sees it (`_arrived`).
@@ -26,10 +27,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from trainjobs.api.models import Job, JobStatus, OwnedObjectStatus
+from trainjobs.api.models import MANAGED_BY_MULTIKUEUE, Job, JobStatus, OwnedObjectStatus
 from trainjobs.core.admission import Admission
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob
@@ -69,6 +69,7 @@ from trainjobs.kueue.reconcile import (
     decide,
     finalize_orphan,
     finish_workload,
+    without_finalizer,
 )
 from trainjobs.kueue.workload import (
     PriorityClasses,
@@ -78,10 +79,14 @@ from trainjobs.kueue.workload import (
     prebuilt_workload_name,
     queue_name,
 )
+from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
+from trainjobs.operator.controller_settings import ControllerSettings
 from trainjobs.operator.events import EventRecorder
+from trainjobs.operator.gates.base import GateContext, Verdict
+from trainjobs.operator.result import DONE, Result
 from trainjobs.plugin.types import Framework
 
-__all__ = ["WORKLOADS", "Queueing", "discover", "refused", "watched"]
+__all__ = ["KUEUE", "WORKLOADS", "KueueGate", "Queueing", "discover", "refused", "watched"]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +101,9 @@ CLUSTER_WIDE = (RESOURCE_FLAVORS, WORKLOAD_PRIORITY_CLASSES, PRIORITY_CLASSES)
 NAMESPACES = Resource("Namespace", "namespaces")
 _T = TypeVar("_T")
 _ACTIVE = (PodPhase.PENDING, PodPhase.RUNNING, PodPhase.UNKNOWN)
+#: The verdict on a job Kueue does not hold back, and a pass to run again after back-off.
+_FREE = Verdict()
+_AGAIN = Result(backoff=True)
 
 
 def watched(namespaces: Sequence[str | None], namespaces_too: bool = False
@@ -189,19 +197,20 @@ def _owner_key(wl: Workload) -> str | None:
 
 
 class Queueing:
-    """The Kueue side of the controller (one per operator, when Kueue is served)."""
+    """The Kueue gate (one per operator, when Kueue is served): `gates.base.Gate`."""
+
+    name = "kueue"
 
     def __init__(self, kube: Kube, namespaces: Sequence[str | None], events: EventRecorder,
                  enqueue: Callable[[str], None], settings: KueueSettings | None = None,
-                 on_namespace: Callable[[str], None] | None = None) -> None:
-        self.kube, self.events = kube, events
+                 on_namespace: Callable[[str], None] | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.kube, self.events, self.clock = kube, events, clock
         self.settings = settings or KueueSettings()
         self._enqueue = enqueue
         self._on_namespace_changed = on_namespace
         # Namespace name -> its labels (only with manageJobsWithoutQueueName).
         self.namespace_labels: dict[str, dict[str, str]] = {}
-        # Job keys whose last pass asked to run again with back-off (see `take_retry`).
-        self._retry: set[str] = set()
         # (resource plural, name) -> the job keys waiting for that object to appear, and
         # the reverse, so that a job waits on one object at a time and is forgotten.
         self._waiting: dict[tuple[str, str], set[str]] = {}
@@ -323,12 +332,11 @@ class Queueing:
             if not keys:
                 self._waiting.pop(wanted, None)
 
-    def take_retry(self, key: str) -> bool:
-        """Whether `key`'s last pass asked to run again with back-off (cleared by asking)."""
-        if key in self._retry:
-            self._retry.discard(key)
-            return True
-        return False
+    def watches_managed_by(self, manager: str) -> bool:
+        """MultiKueue's jobs (`spec.managedBy: kueue.x-k8s.io/multikueue`) get their Workload
+        in a manager cluster, as Kueue's flow expects of the job's integration; their pods
+        run in a worker cluster."""
+        return manager == MANAGED_BY_MULTIKUEUE
 
     def classes(self) -> PriorityClasses:
         defaults = sorted((c.value, name) for name, c in self._pod_classes.items()
@@ -340,41 +348,41 @@ class Queueing:
 
     # Reconcile --------------------------------------------------------------------------
 
-    async def admit(self, key: str, job: Job, framework: Framework, desired: RenderedJob,
-                    pods: Sequence[ObservedPod]) -> Admission | None:
+    async def decide(self, key: str, job: Job, framework: Framework, desired: RenderedJob,
+                     pods: Sequence[ObservedPod]) -> Verdict:
         """One pass of Kueue's job reconciler for `job`: its one write performed, and the
         `Admission` the planner must obey (None: Kueue does not manage the job)."""
         if not self.manages(job):
-            return None  # (one or two lookups for an unlabelled job)
+            return _FREE  # (one or two lookups for an unlabelled job)
         if handled_by_kueue(framework.group, framework.kind):
-            return None  # Kueue's own integration admits it through runPolicy.suspend
+            return _FREE  # Kueue's own integration admits it through runPolicy.suspend
         owned = list(self.by_owner.get(key, {}).values())
         if is_finished(job.status):
             self.forget(key)
-            await self._finish(key, job, owned)
-            return None
+            return Verdict(None, await self._finish(key, job, owned))
         try:
             pod_sets = tuple(job_pod_sets(job, framework, desired))
         except WorkloadBuildError as exc:
             self.forget(key)
-            return Admission.waiting("InvalidWorkload", str(exc))
+            return Verdict(Admission.waiting("InvalidWorkload", str(exc)))
         state = JobState(job, pod_sets,
                          active=any(p.phase in _ACTIVE for p in pods),
                          pods_ready=job.status.state == "Running")
         prebuilt = prebuilt_workload_name(job)
-        step = decide(state, owned, self.flavors, self.classes(), datetime.now(UTC),
+        step = decide(state, owned, self.flavors, self.classes(), self.clock.now(),
                       prebuilt=self.by_name.get((job.namespace, prebuilt)) if prebuilt
                       else None, settings=self.settings)
+        result = DONE
         if step.action is not None:
-            await self._perform(key, job.namespace, step.action)
+            result = await self._perform(key, job.namespace, step.action)
         for reason, message in step.events:
-            await self.events.emit(job, "Normal", reason, message)
+            self.events.post(job, "Normal", reason, message)
         self._wait_for(key, step.missing)
         if step.retry:
-            self._retry.add(key)
-        return step.admission
+            result = _AGAIN
+        return Verdict(step.admission, result)
 
-    async def _finish(self, key: str, job: Job, owned: Sequence[Workload]) -> None:
+    async def _finish(self, key: str, job: Job, owned: Sequence[Workload]) -> Result:
         """A finished job: its Workload Finished (Succeeded or Failed, with the job's
         message; reconciler.go:484), then Kueue's finalizer removed (440). Done here rather
         than by `decide`, which needs the job's pod sets, and a finished job keeps no
@@ -382,34 +390,38 @@ class Queueing:
         succeeded = job.status.state == "Succeeded"
         cond = next((c for c in job.status.conditions if c.type.value == job.status.state), None)
         message = cond.message if cond is not None else job.status.state
+        result = DONE
         for wl in owned:
             owner = wl.metadata.controller()
             if owner is None or owner.uid != job.metadata.uid:
                 continue
             if not wl.is_true(k.COND_FINISHED):
-                await self._perform(key, job.namespace, finish_workload(
-                    wl, "Succeeded" if succeeded else "Failed", message, datetime.now(UTC)))
-                await self.events.emit(job, "Normal", "FinishedWorkload",
-                                       f"Workload '{job.namespace}/{wl.metadata.name}' is "
-                                       "declared finished")
-            elif k.FINALIZER_RESOURCE_IN_USE in wl.metadata.finalizers:
-                rest = [f for f in wl.metadata.finalizers if f != k.FINALIZER_RESOURCE_IN_USE]
-                await self._perform(key, job.namespace, PatchWorkload(wl.metadata.name, {
-                    "metadata": {"resourceVersion": wl.metadata.resource_version,
-                                 "finalizers": rest}}))
+                result = result.merge(await self._perform(key, job.namespace, finish_workload(
+                    wl, "Succeeded" if succeeded else "Failed", message, self.clock.now())))
+                self.events.post(job, "Normal", "FinishedWorkload",
+                                 f"Workload '{job.namespace}/{wl.metadata.name}' is declared "
+                                 "finished")
+            else:
+                patch = without_finalizer(wl)
+                if patch is not None:
+                    result = result.merge(await self._perform(key, job.namespace, patch))
+        return result
 
-    async def orphans(self, key: str) -> None:
+    async def job_gone(self, key: str) -> Result:
         """The job of `key` is gone: finalize its Workloads (one write each per pass; the
         Workload's next event brings the next)."""
         namespace = key.split("/")[1]
+        result = DONE
         for wl in list(self.by_owner.get(key, {}).values()):
-            action = finalize_orphan(wl, datetime.now(UTC))
+            action = finalize_orphan(wl, self.clock.now())
             if action is not None:
-                await self._perform(key, namespace, action)
+                result = result.merge(await self._perform(key, namespace, action))
+        return result
 
-    async def _perform(self, key: str, namespace: str, action: Action) -> None:
+    async def _perform(self, key: str, namespace: str, action: Action) -> Result:
         """The step's one API call. A conflict (the Workload changed, or the informer has not
-        shown it yet) or a Workload already gone runs the pass again on fresher data."""
+        shown it yet) or a Workload already gone runs the pass again on fresher data, after
+        the job's back-off."""
         try:
             if isinstance(action, CreateWorkload):
                 await self.kube.create(WORKLOADS, namespace, action.manifest)
@@ -429,26 +441,26 @@ class Queueing:
                     await self._delete(namespace, wl)
         except (ApiConflict, ApiNotFound) as exc:
             log.info("Workload write for %s: %s; reconciling again", key, exc)
-            self._retry.add(key)
+            return _AGAIN
         except NamespaceTerminating:
             log.debug("Workload write for %s: namespace %s is being deleted", key, namespace)
         except ApiError as exc:
             raise exc.temporary() from None
+        return DONE
 
     async def _delete(self, namespace: str, wl: Workload) -> None:
         """workload.Delete: Kueue's finalizer removed, then the Workload deleted."""
-        if k.FINALIZER_RESOURCE_IN_USE in wl.metadata.finalizers:
-            rest = [f for f in wl.metadata.finalizers if f != k.FINALIZER_RESOURCE_IN_USE]
-            await self.kube.request("PATCH", WORKLOADS.url(namespace, wl.metadata.name), {
-                "metadata": {"resourceVersion": wl.metadata.resource_version,
-                             "finalizers": rest}}, content_type="application/merge-patch+json")
+        patch = without_finalizer(wl)
+        if patch is not None:
+            await self.kube.request("PATCH", WORKLOADS.url(namespace, patch.name), patch.patch,
+                                    content_type="application/merge-patch+json")
         if not wl.metadata.deletion_timestamp:
             with contextlib.suppress(ApiNotFound):
                 await self.kube.delete(WORKLOADS, namespace, wl.metadata.name)
 
     # Status -----------------------------------------------------------------------------
 
-    def with_workload(self, key: str, uid: str, status: JobStatus) -> JobStatus:
+    def annotate(self, key: str, uid: str, status: JobStatus) -> JobStatus:
         """`status` with the job's Workload in `ownedObjects` (its phase and Kueue's words),
         what `trainjobs status` and `kubectl get -o yaml` show."""
         reports = [o for o in status.owned_objects or [] if o.kind != "Workload"]
@@ -462,3 +474,36 @@ class Queueing:
         if reports == (status.owned_objects or []):
             return status
         return status.model_copy(update={"owned_objects": reports or None})
+
+
+class KueueGate:
+    """Starts the Kueue gate when the API server serves Workloads (`gates.base.GateFactory`)."""
+
+    name = "kueue"
+
+    def watches(self, namespaces: Sequence[str | None], settings: ControllerSettings) -> int:
+        return len(watched(namespaces, settings.kueue.manage_jobs_without_queue_name))
+
+    async def start(self, context: GateContext) -> Queueing | None:
+        """Kueue admission, on when Workloads are served and this operator may read what the
+        gate watches; otherwise off, said once (an operator that may not read Kueue's
+        objects would otherwise never become ready)."""
+        if not await discover(context.kube):
+            return None
+        settings = context.settings.kueue
+        why = await refused(context.kube, context.namespaces,
+                            namespaces_too=settings.manage_jobs_without_queue_name)
+        if why is not None:
+            log.warning("Kueue serves Workloads but this operator may not read them (%s): "
+                        "Kueue admission is off and jobs labelled %s are not queued; grant "
+                        "the RBAC (the chart's kueue.enabled) and restart the operator", why,
+                        k.LABEL_QUEUE_NAME)
+            return None
+        log.info("Kueue serves Workloads: jobs labelled %s are admitted through it",
+                 k.LABEL_QUEUE_NAME)
+        return Queueing(context.kube, context.namespaces, context.events, context.enqueue,
+                        settings, on_namespace=context.enqueue_namespace, clock=context.clock)
+
+
+#: The factory `gates.FACTORIES` lists.
+KUEUE = KueueGate()
