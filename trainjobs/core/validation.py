@@ -33,6 +33,7 @@ from trainjobs.core.refusals import (
     pydantic_errors,
     unknown_field,
 )
+from trainjobs.core.render import Rendering, named_port, pod_restart_policy
 from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework, ReplicaType
@@ -213,8 +214,6 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager,
     # Render once with placeholder addresses: collisions between injected and user-set
     # environment variables, or between plugins, surface here, before anything runs.
     # One pod at a time, each dropped once seen: a job's rendered objects can be large.
-    from trainjobs.core.render import Rendering  # render imports this module's helpers
-
     rendering = Rendering(job, framework, plugins, backend="kubernetes",
                           controller_config=controller_config)
     owned: list[str] = []
@@ -246,8 +245,6 @@ def _check_template_restart_policy(key: str, rspec: ReplicaSpec,
 
     The seeds' manifests (tf-operator, caffe2-operator) write `restartPolicy: OnFailure` in
     the template; here the replica's `restartPolicy` decides, and it says more (ExitCode)."""
-    from trainjobs.core.render import pod_restart_policy  # render imports this module
-
     declared = rspec.template.get("spec", {}).get("restartPolicy")
     rendered = pod_restart_policy(rspec.restart_policy, framework)
     if declared is None or declared == rendered:
@@ -273,8 +270,6 @@ def _check_host_network_port(key: str, rspec: ReplicaSpec, framework: Framework,
     Two jobs whose pods got the same default port (2222) could never share a node (the
     scheduler's NodePorts filter), and their programs would fight over it; the user names
     the port where the framework listens, or nothing is added (replicas that do not listen)."""
-    from trainjobs.core.render import named_port  # render imports this module
-
     spec = rspec.template.get("spec", {})
     if not spec.get("hostNetwork") or rtype is None or not rtype.listens or \
             rspec.replicas == 0 or named_port(rspec.template, framework) is not None:

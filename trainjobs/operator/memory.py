@@ -87,7 +87,8 @@ class JobMemory:
     parsed: Parsed | None = None
     # When the first status change not yet written (one that may wait) was seen (monotonic).
     pending_since: float | None = None
-    # The state logged for the job while it is ahead of the cached status (see _log_state).
+    # The state logged for the job while it is ahead of the cached status (see the
+    # controller's _log_state_change).
     logged_state: str | None = None
     # Replica pods that went without our delete (name -> what they showed), for the planner.
     gone: dict[str, GonePod] | None = None
