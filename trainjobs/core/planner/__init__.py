@@ -231,8 +231,8 @@ class _State:
     lost_names: set[str] = field(default_factory=set)  # counted in this pass
     lost_uids: set[str] = field(default_factory=set)
     lost_reason: dict[str, str] = field(default_factory=dict)  # type -> loss_reason
-    # Framework.suspend_style: "batch" (as batch/v1 Jobs) or "kubeflow" (training-operator's).
-    suspend_style: str = "batch"
+    # The kind's rules (restart_together, suspend_style), read by the paths that they change.
+    kind: KindRules = KindRules()
     # Pods recreated because the replica counts changed (their environment lists every peer).
     rescaled: list[str] = field(default_factory=list)
     create_refused: str = ""
@@ -282,7 +282,7 @@ def _decide(
         return Plan(status=old)
     state = _State(job, inputs.now or datetime.now(UTC), Plan(), _Status.of(old),
                    lost_causes=inputs.lost_causes, create_refused=inputs.create_refused,
-                   suspend_style=kind.suspend_style,
+                   kind=kind,
                    counted=frozenset(old.counted_failures),
                    recreations=_restart_totals(old))
     for key in job.spec.replica_specs:
@@ -293,11 +293,11 @@ def _decide(
     if is_finished(old):
         _finish(state, inputs, settings)
     elif job.spec.run_policy.suspend:
-        _suspend(state, inputs, kind.restart_together, settings)
+        _suspend(state, inputs, settings)
     elif inputs.admission is not None and not inputs.admission.admitted:
-        _queue(state, inputs, inputs.admission, kind.restart_together, settings)
+        _queue(state, inputs, inputs.admission, settings)
     else:
-        _run(state, desired, inputs, succeeded, settings, kind.restart_together)
+        _run(state, desired, inputs, succeeded, settings)
     state.plan.status = state.status.built(old, job.metadata.generation)
     return state.plan
 
@@ -308,12 +308,11 @@ def _run(
     inputs: PlanInputs,
     succeeded: Callable[[Sequence[ReplicaOutcome]], bool],
     settings: PlannerSettings,
-    restart_together: bool,
 ) -> None:
     """A job that may run: create what is missing, count failures and losses, end it when
     its kind's success rule, a failure, backoffLimit or the deadline says so."""
     job, now, old, pods = state.job, state.now, state.job.status, inputs.pods
-    admission = inputs.admission
+    admission, restart_together = inputs.admission, state.kind.restart_together
     if current_condition(old) is ConditionType.QUEUED:
         _clear_exclusive(state, ConditionType.QUEUED, "Admitted", "admitted by Kueue"
                          + (f" (ClusterQueue {admission.cluster_queue})"
@@ -846,14 +845,13 @@ def _suspend_words(state: _State, what: str, reason: str, message: str) -> tuple
     """The Suspended condition's reason and message: trainjobs' (`reason`, `message`), or, for
     a kind of suspend_style "kubeflow", training-operator's (`NewReason(kind, "Suspended")`,
     "TFJob <name> is suspended.")."""
-    if state.suspend_style != "kubeflow":
+    if state.kind.suspend_style != "kubeflow":
         return reason, message
     job = state.job
     return f"{job.kind}{what}", f"{job.kind} {job.name} is {what.lower()}."
 
 
-def _suspend(state: _State, inputs: PlanInputs, restart_together: bool,
-             settings: PlannerSettings) -> None:
+def _suspend(state: _State, inputs: PlanInputs, settings: PlannerSettings) -> None:
     """A suspended job runs nothing: its pods and Services go, whatever cleanPodPolicy says
     (as training-operator's suspend), and the pods plugins added for them and the objects
     that exist only with the replicas (all come back when the job resumes). Replicas that
@@ -861,24 +859,25 @@ def _suspend(state: _State, inputs: PlanInputs, restart_together: bool,
     Kubeflow style also sets a True Running False with the suspension's words and keeps
     startTime (training-operator resets it on resume)."""
     job = state.job
-    if restart_together and current_condition(job.status) is not ConditionType.SUSPENDED:
+    if state.kind.restart_together and \
+            current_condition(job.status) is not ConditionType.SUSPENDED:
         state.status.attempt = job.status.attempt + 1
     _stop_replicas(state, inputs, settings)
     reason, message = _suspend_words(state, "Suspended", "JobSuspended",
                                      f"{job.kind} {job.name} is suspended")
     if current_condition(job.status) is not ConditionType.SUSPENDED:
         state.plan.events.append(Event("Normal", reason, "suspended: pods deleted"))
-    if state.suspend_style == "kubeflow" and current_condition(job.status) is \
+    if state.kind.suspend_style == "kubeflow" and current_condition(job.status) is \
             ConditionType.RUNNING:
         conds = state.status.conditions
         for i, cond in enumerate(conds):
             if cond.type is ConditionType.RUNNING:
                 conds[i] = cond.model_copy(update={"reason": reason, "message": message})
     _idle(state, inputs.pods, ConditionType.SUSPENDED, reason, message,
-          keep_start=state.suspend_style == "kubeflow")
+          keep_start=state.kind.suspend_style == "kubeflow")
 
 
-def _queue(state: _State, inputs: PlanInputs, admission: Admission, restart_together: bool,
+def _queue(state: _State, inputs: PlanInputs, admission: Admission,
            settings: PlannerSettings) -> None:
     """Kueue has not admitted the job (or evicted it): as suspended, no replica exists (its
     pods, Services and the objects that exist only with them go, none is created, no restart
@@ -886,7 +885,7 @@ def _queue(state: _State, inputs: PlanInputs, admission: Admission, restart_toge
     Kueue's words; an eviction says by what. It runs again, as a resume, when admitted."""
     job = state.job
     live = [p for p in inputs.pods if not p.deleting]
-    if restart_together and live:
+    if state.kind.restart_together and live:
         state.status.attempt = job.status.attempt + 1  # the rendezvous is stale
     _stop_replicas(state, inputs, settings)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
@@ -1112,7 +1111,3 @@ def _requeue(plan_: Plan, seconds: float) -> None:
     if plan_.requeue_after is None or seconds < plan_.requeue_after:
         plan_.requeue_after = seconds
 
-
-def conditions_true(status: JobStatus) -> list[Condition]:
-    """The conditions that are True (for tests and printing)."""
-    return [c for c in status.conditions if c.status == "True"]
