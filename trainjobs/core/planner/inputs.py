@@ -34,9 +34,10 @@ class PlannerSettings:
 @dataclass(frozen=True)
 class KindRules:
     """What the job's kind (its `Framework`) tells the planner, as one value, so that a new
-    per-kind rule is one field here, not a parameter on every path. `restart_together`:
-    `Framework.replicas_restart_together`; `suspend_style`: `Framework.suspend_style`
-    ("batch" as batch/v1 Jobs, "kubeflow" as training-operator)."""
+    per-kind rule is one field here, not a parameter on every path (a pass carries it on its
+    state, `_State.kind`). `restart_together`: `Framework.replicas_restart_together`;
+    `suspend_style`: `Framework.suspend_style` ("batch" as batch/v1 Jobs, "kubeflow" as
+    training-operator)."""
 
     restart_together: bool = False
     suspend_style: str = "batch"
