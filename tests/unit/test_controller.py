@@ -12,7 +12,7 @@ import pytest
 
 from trainjobs.kube import PODS, ApiForbidden, NamespaceTerminating, api_error
 from trainjobs.operator.cache import reduce_job
-from trainjobs.operator.controller import BATCH_SECONDS_PER_REPLICA, OFFLOAD_REPLICAS
+from trainjobs.operator.large_jobs import BATCH_SECONDS_PER_REPLICA, OFFLOAD_REPLICAS
 from trainjobs.operator.result import Result
 
 from .controller_harness import NS, TFJOBS, Harness, running_controller

@@ -17,7 +17,7 @@ from trainjobs.convert import convert_documents
 from trainjobs.core.validation import split_jobs
 from trainjobs.crdgen import crd_file_name, crd_for, render_crd_yaml
 from trainjobs.errors import PluginError, SpecInvalid
-from trainjobs.operator.controller import OFFLOAD_REPLICAS, _requested_replicas
+from trainjobs.operator.large_jobs import OFFLOAD_REPLICAS, requested_replicas
 from trainjobs.plugin.manager import ENABLE_PLUGINS_ENV, PluginManager, load_plugins
 from trainjobs.yamlio import read_documents
 
@@ -230,5 +230,5 @@ def test_a_large_kubeflow_job_is_counted_as_large_before_it_is_validated(
     raw = {"spec": {"tfReplicaSpecs": {"Chief": {"replicas": 1}, "PS": {},
                                        "Worker": {"replicas": OFFLOAD_REPLICAS},
                                        "Evaluator": {"replicas": "9"}}}}
-    assert _requested_replicas(raw, framework.replica_specs_field) == OFFLOAD_REPLICAS + 2
-    assert _requested_replicas(raw, "replicaSpecs") == 0
+    assert requested_replicas(raw, framework.replica_specs_field) == OFFLOAD_REPLICAS + 2
+    assert requested_replicas(raw, "replicaSpecs") == 0

@@ -13,8 +13,8 @@ import asyncio
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from trainjobs.api.models import (
@@ -27,31 +27,23 @@ from trainjobs.api.models import (
     ObjectMeta,
     OwnedObjectStatus,
 )
-from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
+from trainjobs.core.observed import ObservedPod
 from trainjobs.core.planner import KindRules, Plan, PlanInputs, plan
 from trainjobs.core.render import RenderedJob, Rendering
-from trainjobs.core.status import current_condition, failed, is_finished, must_write_now
+from trainjobs.core.status import current_condition, failed, is_finished
 from trainjobs.core.validation import ReplicaLimit, parse_job
 from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
 from trainjobs.kube import (
     BY_API_KIND,
-    PODS,
-    SERVICES,
-    ApiBadRequest,
-    ApiConflict,
-    ApiError,
     ApiForbidden,
-    ApiInvalid,
-    ApiNotFound,
     Kube,
-    NamespaceTerminating,
     Resource,
-    gather_limited,
     job_resource,
 )
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue.constants import LABEL_QUEUE_NAME
 from trainjobs.operator import metrics
+from trainjobs.operator.actuation import Actuator
 from trainjobs.operator.backoff import CreateGate
 from trainjobs.operator.cache import (
     JOB_GROUPS,
@@ -68,8 +60,19 @@ from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 from trainjobs.operator.controller_settings import ControllerSettings
 from trainjobs.operator.events import EventRecorder
 from trainjobs.operator.gates import FACTORIES, GateContext, GateFactory, Gates
+from trainjobs.operator.large_jobs import (
+    BATCH_SECONDS_PER_REPLICA,
+    MAX_BATCH_SECONDS,
+    OFFLOAD_REPLICAS,
+    on_cpu,
+    replica_count,
+    requested_replicas,
+)
 from trainjobs.operator.memory import Expectations, JobMemory, Parsed
+from trainjobs.operator.observe import note_gone, observed, still_owed
 from trainjobs.operator.result import DONE, Result
+from trainjobs.operator.status_write import StatusWriter
+from trainjobs.operator.watches import informed, job_resources, owned_resources, watches
 from trainjobs.operator.workqueue import WorkQueue
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework
@@ -79,65 +82,6 @@ __all__ = ["Controller", "ControllerSettings", "watches"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 OWNED_SELECTOR = "trainjobs.io/job-name"
-
-
-class NameConflict(Exception):
-    """An object the job must create exists and belongs to someone else: never adopted."""
-
-
-@dataclass(slots=True)
-class Actuation:
-    """What carrying out one plan did: how many objects it created, and the API server's
-    refusals that decide what comes next (see `Controller._carry_out`)."""
-
-    created: int = 0
-    # A name the job needs is held by an object of another owner.
-    conflict: NameConflict | None = None
-    # The namespace is being deleted: its creates are refused.
-    namespace_terminating: bool = False
-    # A ResourceQuota refused a create (retryable ones: the quota may free up).
-    quota: ApiForbidden | None = None
-    # The API server refuses what was built from the job (400, 403, 422 not retryable).
-    rejected: ApiError | None = None
-    # Anything else that failed: the pass is retried.
-    failed: list[BaseException] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, results: Sequence[object]) -> Actuation:
-        """Classify the answers of one plan's calls ("created", "exists", "deleted",
-        "gone", or the exception a call raised)."""
-        done = cls(created=sum(1 for r in results if r == "created"))
-        errors = [r for r in results if isinstance(r, BaseException)]
-        done.conflict = next((e for e in errors if isinstance(e, NameConflict)), None)
-        done.namespace_terminating = any(isinstance(e, NamespaceTerminating) for e in errors)
-        done.quota = next((e for e in errors if isinstance(e, ApiForbidden) and
-                           e.quota_exceeded), None)
-        if done.quota is not None:
-            errors = [e for e in errors if not (isinstance(e, ApiForbidden) and e.retryable)]
-        done.rejected = next((e for e in errors if isinstance(
-            e, ApiBadRequest | ApiForbidden | ApiInvalid) and not e.retryable), None)
-        done.failed = [e for e in errors if not isinstance(e, NameConflict)]
-        return done
-
-
-def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The controller ownerReference of an object as the API server returned it, if any."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
-
-
-def state_change_line(job: Job, old: JobStatus, new: JobStatus, was: str | None = None) -> str:
-    """The info line logged once per state a job enters, as written to the API server:
-    `MxJob team-a/mnist: Failed (was Running): BackoffLimitExceeded: 7 restarts exceed ...`.
-    What `kubectl logs deployment/...` shows of the jobs, one line each change."""
-    cond = next((c for c in new.conditions if c.type.value == new.state and c.status == "True"),
-                None)
-    why = f": {cond.reason}: {cond.message}" if cond is not None else ""
-    summary = f" [{new.replica_summary}]" if new.replica_summary else ""
-    before = was or old.state or "new"
-    return f"{job.kind} {job.key}: {new.state} (was {before}){why}{summary}"
 
 
 class Controller:
@@ -160,8 +104,11 @@ class Controller:
         self._groups = frozenset(f.group for f in plugins.frameworks.values()) or JOB_GROUPS
         # Kinds of extra objects plugins want watched (a gang scheduler's PodGroup).
         declared = plugins.owned_resources(settings.controller_config)
-        self.watched = _owned_resources(plugins, settings)
+        self.watched = owned_resources(plugins, settings)
         self.resources = {**BY_API_KIND, **{(r.api_version, r.kind): r for r in self.watched}}
+        self.actuator = Actuator(kube, self.watched, self.resources,
+                                 settings.create_parallelism)
+        self.writer = StatusWriter(kube, plugins, settings.status_coalesce_seconds, clock)
         self.planner_settings = replace(settings.planner, with_replicas_kinds=frozenset(
             r.kind for r in declared if r.with_replicas))
         self.informers: list[Informer[Any]] = []
@@ -171,8 +118,8 @@ class Controller:
         self.gate_factories = tuple(gate_factories)
         self.gates = Gates()
         self._namespaces = namespaces
-        kinds = set(_job_resources(plugins))
-        for res, ns in _watched(plugins, namespaces, self.watched):
+        kinds = set(job_resources(plugins))
+        for res, ns in informed(plugins, namespaces, self.watched):
             self.informers.append(
                 Informer(kube, res, ns, reduce_job, self._on_job) if res in kinds else
                 Informer(kube, res, ns, self._owned_transform(res), self._on_owned,
@@ -263,7 +210,7 @@ class Controller:
         ref = f"{entry.kind}/{entry.name}"
         if new is None and old is not None and old.pod is not None and \
                 not mem.expectations.deleting(ref):
-            _note_gone(mem, old)
+            note_gone(mem, old)
         mem.expectations.seen(ref, new is not None)
         self.queue.add(entry.job)
 
@@ -368,12 +315,12 @@ class Controller:
             raw = entry.raw
             framework = self.plugins.framework_for(entry.kind)
             field = framework.replica_specs_field if framework is not None else "replicaSpecs"
-            offload = _requested_replicas(raw, field) > OFFLOAD_REPLICAS
-            job = await _cpu(offload, functools.partial(
+            offload = requested_replicas(raw, field) > OFFLOAD_REPLICAS
+            job = await on_cpu(offload, functools.partial(
                 parse_job, controller_config=self.settings.controller_config),
                 raw, self.plugins, key, limit)
             parsed = Parsed(entry.generation, entry.uid, PackedJob.pack(job), None,
-                            replicas=_replica_count(job))
+                            replicas=replica_count(job))
         except SpecInvalid as exc:
             parsed = Parsed(entry.generation, entry.uid, None, None, exc)
         mem.parsed = parsed
@@ -455,7 +402,7 @@ class Controller:
         pods, services, extras = self._observed(key, mem, desired)
         gone, mem.gone = mem.gone, None
         together = framework.replicas_restart_together
-        owed = _still_owed(mem, status.attempt, pods) if together else frozenset()
+        owed = still_owed(mem, status.attempt, pods) if together else frozenset()
         verdict = await self.gates.decide(key, job, framework, desired, pods)
         if elsewhere:
             return verdict.result  # the gates' step only: the job runs elsewhere
@@ -463,7 +410,7 @@ class Controller:
                             create_refused=mem.gate.reason if mem.gate else "",
                             creates_held=mem.gate.wait() if mem.gate else 0.0,
                             owed=owed, admission=verdict.admission, now=self.clock.now())
-        decision = await _cpu(
+        decision = await on_cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
                 plan, settings=self.planner_settings,
                 kind=KindRules(together, framework.suspend_style)),
@@ -482,35 +429,8 @@ class Controller:
 
     def _observed(self, key: str, mem: JobMemory, desired: RenderedJob
                   ) -> tuple[list[ObservedPod], set[str], set[str]]:
-        uid = mem.entry.uid
-        creating, deleting = mem.expectations.pending()
-        pods: dict[str, ObservedPod] = {}
-        services: set[str] = set()
-        extras: set[str] = set()
-        for entry in self.owned.of(key):
-            if entry.owner_uid != uid:
-                continue  # left over from an earlier job of the same name; GC removes it
-            ref = f"{entry.kind}/{entry.name}"
-            if entry.pod is not None:
-                pod = entry.pod
-                if ref in deleting and not pod.deleting:
-                    pod = _replace_deleting(pod)
-                pods[entry.name] = pod
-            elif entry.kind == "Service" and entry.replica:
-                services.add(entry.name)
-            elif ref not in deleting:  # (a finished job's managed pod being deleted: gone)
-                extras.add(ref)
-        for ref in creating:
-            kind, name = ref.split("/", 1)
-            if kind == "Pod" and name in desired.pods and name not in pods:
-                replica = desired.replicas[name]
-                pods[name] = ObservedPod(name, "", replica.type_lower, replica.index,
-                                         PodPhase.PENDING, created=self.clock.now())
-            elif kind == "Service" and name in desired.services:
-                services.add(name)
-            else:
-                extras.add(ref)
-        return list(pods.values()), services, extras
+        """What the planner sees of the job: see `observe.observed`."""
+        return observed(self.owned.of(key), mem, desired, self.clock.now())
 
     def _with_object_statuses(self, key: str, uid: str, job: Job,
                               status: JobStatus) -> JobStatus:
@@ -531,76 +451,24 @@ class Controller:
         return status.model_copy(update={"owned_objects": reports or None})
 
     async def _write_status(self, mem: JobMemory, key: str, job: Job, new: JobStatus) -> Result:
-        """Write `new` unless it is the job's status already, or only counts changed and the
-        coalescing wait is not over (then: look again when it is). The written entry — the
-        API server's answer — becomes the job's (`_remember`), and the job is looked at
-        again with it."""
-        old = job.status
-        _log_state_change(mem, job, new)
-        if new == old:
-            mem.pending_since = None
-            return DONE
-        urgent = must_write_now(old, new)
-        now = self.clock.monotonic()
-        # A change of counts only (or a new job's first status) goes out status_coalesce
-        # seconds after it was first seen, with whatever changed meanwhile: replicas that
-        # start or end together cost one write, and a new job's first status already counts
-        # the pods this reconcile creates.
-        if mem.pending_since is None:
-            mem.pending_since = now
-        since = mem.pending_since
-        wait = self.settings.status_coalesce_seconds - (now - since)
-        if not urgent and wait > 0:
-            return Result.after(wait)
-        body = new.to_api()
-        self.plugins.adjust_status(job, self._framework(job.kind), body)
-        # A merge patch replaces what we send; fields we dropped must be sent as null.
-        for field_name in old.to_api():
-            body.setdefault(field_name, None)
-        resource = self._resource(job.kind)
-        try:
-            updated = await self.kube.merge_patch_status(resource, job.namespace, job.name, body)
-        except ApiNotFound:
-            return DONE
-        except ApiError as exc:
-            raise exc.temporary() from None
-        mem.pending_since = None
-        if self.memory.get(key) is mem and updated.get("metadata") and \
-                self._remember(key, reduce_job(updated), cached=False):
+        """Write `new` (`StatusWriter`): a coalesced change comes back when its wait is over;
+        the written entry — the API server's answer — becomes the job's (`_remember`), and
+        the job is looked at again with it."""
+        write = await self.writer.write(mem, job, self._framework(job.kind),
+                                        self._resource(job.kind), new)
+        if write.wait is not None:
+            return Result.after(write.wait)
+        if write.written is not None and self.memory.get(key) is mem and \
+                self._remember(key, write.written, cached=False):
             return Result.after(0)
         return DONE
-
-    async def _act(self, mem: JobMemory, job: Job, decision: Plan) -> Actuation:
-        """The plan's deletes and creates, as API calls (at most `create_parallelism` at
-        once); what happened, for `_carry_out` to decide on."""
-        ns = job.namespace
-        calls: list[Any] = []
-        for name in decision.delete_pods:
-            calls.append(self._delete(PODS, ns, name, expected_by=mem))
-        for name in decision.delete_services:
-            calls.append(self._delete(SERVICES, ns, name))
-        for svc in decision.create_services:
-            calls.append(self._create(mem, SERVICES, ns, svc))
-        for ref in decision.delete_extras:
-            kind, _, name = ref.partition("/")
-            res = next((r for r in self.watched if r.kind == kind), None)
-            if res is not None:
-                calls.append(self._delete(res, ns, name, expected_by=mem))
-        for obj in decision.create_extras:
-            calls.append(self._create(mem, self.resources[(obj["apiVersion"], obj["kind"])],
-                                      ns, obj))
-        for pod in decision.create_pods:
-            calls.append(self._create(mem, PODS, ns, pod))
-        if decision.delete_job:
-            calls.append(self._delete(self._resource(job.kind), ns, job.name))
-        return Actuation.of(await gather_limited(self.settings.create_parallelism, *calls))
 
     async def _carry_out(self, mem: JobMemory, key: str, job: Job, decision: Plan) -> Result:
         """Act on the plan, post its Events, and decide on what the API server answered: a
         name another owner holds or a create refused as invalid fails the job (from the status
         this pass just wrote: Created, startTime, replica counts); a full ResourceQuota holds
         the creates with a back-off; other errors are retried."""
-        done = await self._act(mem, job, decision)
+        done = await self.actuator.act(mem, job, self._resource(job.kind), decision)
         for event in decision.events:
             self.events.post(job, event.type, event.reason, event.message)
         if done.created:
@@ -640,64 +508,6 @@ class Controller:
                          f"room (next try in {delay:.0f}s): {err.message}")
         return Result.after(delay)
 
-    async def _create(self, mem: JobMemory, res: Resource, ns: str,
-                      body: dict[str, Any]) -> str:
-        ref = f"{res.kind}/{body['metadata']['name']}"
-        try:
-            await self.kube.create(res, ns, body)
-        except ApiConflict:  # exists already (e.g. created before an operator restart)
-            await self._check_owner(res, ns, body)
-            mem.expectations.seen(ref, True)
-            return "exists"
-        if res.kind in ("Pod", "Service") or res in self.watched:
-            mem.expectations.expect_create(ref)
-        return "created"
-
-    async def _check_owner(self, res: Resource, ns: str, body: dict[str, Any]) -> None:
-        """An object of the name we create exists: it counts as created only when this job
-        controls it (the ownerReference's uid). One of an earlier job of the same kind and
-        name is waiting for the garbage collector: retry. Anything else (a job of another
-        kind with the same name, an object nobody owns) is a conflict this job cannot
-        resolve: raise `NameConflict`, naming the owner."""
-        meta = body["metadata"]
-        ours = meta["ownerReferences"][0]
-        try:
-            existing = await self.kube.get(res, ns, meta["name"])
-        except ApiNotFound:
-            raise TemporaryError(f"{res.kind} {meta['name']} was deleted as we created it; "
-                                 "creating it again") from None
-        owner = controller_of(existing)
-        if owner is not None and owner.get("uid") == ours["uid"]:
-            return
-        if owner is not None and (owner.get("kind"), owner.get("name")) == (ours["kind"],
-                                                                            ours["name"]):
-            raise TemporaryError(f"{res.kind} {meta['name']} of an earlier {ours['kind']} "
-                                 f"{ours['name']} is still there; waiting for the garbage "
-                                 "collector")
-        who = (f"{owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')})"
-               if owner is not None else "no controller (not created by trainjobs for this job)")
-        raise NameConflict(f"{res.kind} {meta['name']} already exists in namespace {ns} and "
-                           f"is controlled by {who}; {ours['kind']} {ours['name']} needs that "
-                           "name: delete or rename one of them")
-
-    async def _delete(self, res: Resource, ns: str, name: str,
-                      expected_by: JobMemory | None = None) -> str:
-        """Delete one object; with `expected_by` (a job's memory), count it as going for that job
-        until the cache shows it so (expected before the request is sent, so a fast watch
-        cannot beat it), or until the delete fails: then it must be deleted again."""
-        ref = f"{res.kind}/{name}"
-        if expected_by is not None:
-            expected_by.expectations.expect_delete(ref)
-        try:
-            await self.kube.delete(res, ns, name)
-        except ApiNotFound:
-            return "gone"
-        except ApiError:
-            if expected_by is not None:
-                expected_by.expectations.seen(ref, exists=False)
-            raise
-        return "deleted"
-
     async def _fail(self, mem: JobMemory, key: str, job: Job, reason: str,
                     message: str) -> Result:
         status = failed(job.status, reason, message, self.clock.now(),
@@ -730,120 +540,8 @@ class Controller:
                             framework.version)
 
 
-def watches(plugins: PluginManager, settings: ControllerSettings,
-            gate_factories: Sequence[GateFactory] = FACTORIES) -> int:
-    """The most watches a Controller holds open (one per informer, the gates' included): the
-    operator's connection pool must hold them all besides its requests (kube.connect). It
-    counts the very lists the informers are built from, before there is a client to build
-    them with."""
-    namespaces: list[str | None] = list(settings.namespaces) or [None]
-    return len(_watched(plugins, namespaces, _owned_resources(plugins, settings))) + \
-        sum(f.watches(namespaces, settings) for f in gate_factories)
-
-
-def _job_resources(plugins: PluginManager) -> list[Resource]:
-    return [job_resource(fw.kind, fw.plural, fw.group, fw.version)
-            for fw in plugins.frameworks.values()]
-
-
-def _owned_resources(plugins: PluginManager, settings: ControllerSettings) -> list[Resource]:
-    """The kinds of extra objects plugins want watched (a gang scheduler's PodGroup)."""
-    return [Resource.of(r.api_version, r.kind, r.plural)
-            for r in plugins.owned_resources(settings.controller_config)]
-
-
-def _watched(plugins: PluginManager, namespaces: Sequence[str | None],
-             owned: Sequence[Resource]) -> list[tuple[Resource, str | None]]:
-    """The controller's own informers, in order (one watch each): per watched namespace
-    (None: all), every kind's jobs, then pods, Services and the `owned` kinds."""
-    return [(res, ns) for ns in namespaces
-            for res in (*_job_resources(plugins), PODS, SERVICES, *owned)]
-
-
-def _note_gone(mem: JobMemory, entry: OwnedEntry) -> None:
-    """A replica pod that had started went and this operator did not delete it: keep what it
-    last showed of why (a DisruptionTarget condition) for the planner's ReplicaLost event.
-    Only a hint: whether it was lost the planner decides from the status.
-
-    A pod last seen Pending never ran: its going is no loss (docs/api.md), it is recreated
-    silently. kube-scheduler deletes a preemption victim by name, with no uid precondition,
-    and may do so again after the victim is gone (a second preemptor that chose the same
-    victim): that DELETE takes the victim's replacement, which waits Pending."""
-    if mem.entry.uid != entry.owner_uid or entry.pod is None or \
-            entry.pod.phase is PodPhase.PENDING:
-        return
-    cause = entry.pod.disruption or "deleted by someone other than the operator"
-    if mem.gone is None:
-        mem.gone = {}
-    mem.gone[entry.name] = GonePod(entry.pod.uid, cause, entry.pod.attempt)
-
-
-def _still_owed(mem: JobMemory, attempt: int, pods: list[ObservedPod]) -> frozenset[str]:
-    """The pods of `attempt` this operator decided to create and has not seen yet."""
-    owed_attempt, names = mem.owed or (-1, frozenset())
-    if owed_attempt != attempt:
-        return frozenset()
-    return names - {p.name for p in pods}
-
-
 #: A pass to run again after the job's growing back-off.
 _AGAIN = Result(backoff=True)
-
-#: A job of more than OFFLOAD_REPLICAS replicas is reconciled at most once per this many
-#: seconds a replica (2,000 replicas: 0.2 s). Why: each of its reconciles reads all its pods
-#: (milliseconds of CPU per thousand), and its pods change all the time while they start or
-#: end, so reconciling it once per event kept a worker thread and the loop busy, stalling
-#: every other job's events (issue 28.4, bench.bigjob). Small jobs are never held.
-BATCH_SECONDS_PER_REPLICA = 1e-4
-#: kube-controller-manager's Job controller batches every Job's pod events for 1 s
-#: (syncJobBatchPeriod): no job waits longer here.
-MAX_BATCH_SECONDS = 1.0
-
-
-def _log_state_change(mem: JobMemory, job: Job, new: JobStatus) -> None:
-    """One info line per state the job enters, when it is decided (a coalesced status write
-    may carry Created and Running together: both are logged). The state is remembered only
-    while the decided state is ahead of the cache."""
-    old = job.status
-    if new.state and new.state != (mem.logged_state or old.state):
-        log.info("%s", state_change_line(job, old, new, mem.logged_state))
-        mem.logged_state = new.state
-    if new.state == old.state:
-        mem.logged_state = None
-
-
-#: A job with more replicas is validated and planned in a worker thread, and rendered on the
-#: loop a chunk at a time (PackedRender.of_sliced): its CPU work (tens of milliseconds per
-#: hundred replicas, and a reconcile that creates its pods decodes all their manifests) must
-#: not stall the event loop that serves every other job. The GIL lets the loop run every few
-#: milliseconds while a thread computes (sys.getswitchinterval()), but makes it wait after
-#: each socket call: the longest work, the rendering, stays on the loop in slices.
-OFFLOAD_REPLICAS = 100
-
-
-async def _cpu(offload: bool, fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)`, in a worker thread when `offload`, else here (a thread hop costs more
-    than a small job's whole reconcile)."""
-    if offload:
-        result: T = await asyncio.to_thread(fn, *args)
-        return result
-    return fn(*args)
-
-
-def _replica_count(job: Job) -> int:
-    """The replicas a validated job asks for."""
-    return sum(r.replicas for r in job.spec.replica_specs.values())
-
-
-def _requested_replicas(raw: dict[str, Any], field: str) -> int:
-    """The replicas a job not yet validated asks for under its kind's replica-specs `field`
-    (`replicaSpecs`, or a plugin kind's alias such as Kubeflow's `tfReplicaSpecs`), counting
-    only what is an int: it decides where the validation runs, before the spec is trusted."""
-    specs = (raw.get("spec") or {}).get(field)
-    if not isinstance(specs, dict):
-        return 0
-    counts = [s.get("replicas", 1) for s in specs.values() if isinstance(s, dict)]
-    return sum(c for c in counts if isinstance(c, int))
 
 
 def _not_newer(new: JobEntry, current: JobEntry) -> bool:
@@ -859,7 +557,3 @@ def _not_newer(new: JobEntry, current: JobEntry) -> bool:
         return int(new.resource_version) <= int(current.resource_version)
     except ValueError:
         return False
-
-
-def _replace_deleting(pod: ObservedPod) -> ObservedPod:
-    return replace(pod, deleting=True)

@@ -35,7 +35,7 @@ class Parsed:
     # The attempt `desired` was rendered for (kinds whose replicas restart together).
     attempt: int = 0
     # The replicas the spec asks for (counted once per generation: large jobs are handled
-    # apart, see controller.OFFLOAD_REPLICAS).
+    # apart, see large_jobs.OFFLOAD_REPLICAS).
     replicas: int = 0
 
     @property
