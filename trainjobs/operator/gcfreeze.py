@@ -56,7 +56,8 @@ class FreezePolicy:
             gc.freeze()  # O(1), unlike gc.get_freeze_count(): it splices the lists
 
 
-def install_gc_freeze(thaw_seconds: float) -> FreezePolicy | None:
+def install_gc_freeze(thaw_seconds: float,
+                      clock: Callable[[], float] = time.monotonic) -> FreezePolicy | None:
     """Install the policy, replacing one installed before, and freeze what is alive now (the
     modules and the API client's classes: alive as long as the process); 0 removes it, thaws
     everything and leaves CPython's collector as it is. Returns the installed policy."""
@@ -65,7 +66,7 @@ def install_gc_freeze(thaw_seconds: float) -> FreezePolicy | None:
     if thaw_seconds <= 0:
         gc.unfreeze()
         return None
-    policy = FreezePolicy(thaw_seconds)
+    policy = FreezePolicy(thaw_seconds, clock=clock)
     gc.callbacks.append(policy)
     gc.collect()  # once, at start-up: and the policy freezes what survives
     return policy

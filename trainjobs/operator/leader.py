@@ -15,10 +15,11 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from trainjobs.kube import LEASES, ApiConflict, ApiError, ApiNotFound, Kube
+from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["LeaderElector", "LeaseSettings"]
 
@@ -35,10 +36,6 @@ class LeaseSettings:
     identity: str = ""
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _fmt(ts: datetime) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -50,15 +47,17 @@ def _parse(value: str | None) -> datetime | None:
 
 
 class LeaderElector:
-    def __init__(self, kube: Kube, settings: LeaseSettings) -> None:
+    def __init__(self, kube: Kube, settings: LeaseSettings,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.kube = kube
         self.settings = settings
+        self.clock = clock
         self.identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
         self.leading = asyncio.Event()
         self.lost = asyncio.Event()
 
     def _spec(self, acquire: datetime | None, transitions: int) -> dict[str, Any]:
-        now = _now()
+        now = self.clock.now()
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.settings.lease_duration),
@@ -85,7 +84,7 @@ class LeaderElector:
         renewed = _parse(spec.get("renewTime"))
         duration = float(spec.get("leaseDurationSeconds") or s.lease_duration)
         mine = holder == self.identity
-        expired = renewed is None or _now() > renewed + timedelta(seconds=duration)
+        expired = renewed is None or self.clock.now() > renewed + timedelta(seconds=duration)
         if not mine and holder and not expired:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
@@ -110,18 +109,18 @@ class LeaderElector:
             except ApiError as exc:
                 log.warning("leader election: %s", exc)
             await asyncio.sleep(s.retry_period)
-        last_renew = asyncio.get_running_loop().time()
+        last_renew = self.clock.monotonic()
         while True:
             await asyncio.sleep(s.retry_period)
             try:
                 if await self._try():
-                    last_renew = asyncio.get_running_loop().time()
+                    last_renew = self.clock.monotonic()
                     continue
                 log.error("lease %s/%s was taken by another operator", s.namespace, s.name)
                 break
             except ApiError as exc:
                 log.warning("renewing lease: %s", exc)
-            if asyncio.get_running_loop().time() - last_renew > s.renew_deadline:
+            if self.clock.monotonic() - last_renew > s.renew_deadline:
                 log.error("could not renew lease within %.0fs", s.renew_deadline)
                 break
         self.leading.clear()

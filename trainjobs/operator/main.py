@@ -16,6 +16,7 @@ from typing import Any
 from trainjobs.kube import Kube, connect
 from trainjobs.kube.api import limit_tls_read_buffer
 from trainjobs.operator import metrics
+from trainjobs.operator.clock import SYSTEM_CLOCK
 from trainjobs.operator.controller import Controller, watches
 from trainjobs.operator.gcfreeze import install_gc_freeze
 from trainjobs.operator.gcmetrics import install_gc_metrics
@@ -39,12 +40,14 @@ def run_operator(args: argparse.Namespace) -> int:
 
 
 async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
-    install_gc_freeze(settings.gc_thaw_interval)  # after the imports and plugins it would walk
+    clock = SYSTEM_CLOCK  # every timing decision of the operator reads this one clock
+    # (after the imports and plugins it would walk)
+    install_gc_freeze(settings.gc_thaw_interval, clock.monotonic)
     limit_tls_read_buffer()  # before the first connection
     api = await connect(settings.kubeconfig, watches=watches(plugins, settings.controller))
     kube = Kube(api, request_timeout=settings.request_timeout, on_error=metrics.count_api_error)
-    controller = Controller(kube, plugins, settings.controller)
-    elector = LeaderElector(kube, settings.lease) if settings.lease else None
+    controller = Controller(kube, plugins, settings.controller, clock)
+    elector = LeaderElector(kube, settings.lease, clock) if settings.lease else None
     http = settings.http
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
