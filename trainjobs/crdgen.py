@@ -14,6 +14,7 @@ from typing import Any
 from trainjobs.api.models import GROUP, MANAGED_BY_MULTIKUEUE, MAX_REPLICAS
 from trainjobs.api.podtemplate import crd_template_schema
 from trainjobs.core.validation import MAX_NAME_LENGTH, elastic_refusal
+from trainjobs.labels import ANNOTATION_PLUGIN_PACKAGE, LABEL_FRAMEWORK
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework, ReplicaType
 from trainjobs.yamlio import dump_all
@@ -332,8 +333,8 @@ def crd_for(framework: Framework) -> dict[str, Any]:
         "metadata": {
             "name": f"{framework.plural}.{framework.group}",
             "labels": {"app.kubernetes.io/part-of": "trainjobs",
-                       "trainjobs.io/framework": framework.name},
-            "annotations": {"trainjobs.io/plugin-package": framework.package},
+                       LABEL_FRAMEWORK: framework.name},
+            "annotations": {ANNOTATION_PLUGIN_PACKAGE: framework.package},
         },
         "spec": {
             "group": framework.group,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from trainjobs.labels import LABEL_COMPONENT, LABEL_JOB_NAME
 from trainjobs.plugin import Job, RedisRendezvous, RenderContext, Replica, ReplicaEnv, hookimpl
 
 __all__ = ["REDIS_IMAGE", "REDIS_PORT", "needs_managed_redis", "trainjobs_extra_objects",
@@ -42,7 +43,7 @@ def trainjobs_extra_objects(job: Job, ctx: RenderContext) -> Sequence[dict[str, 
     address = ctx.cluster.component(COMPONENT, REDIS_PORT)
     bind = "127.0.0.1" if ctx.backend == "local" else "0.0.0.0"
     name = f"{job.name}-{COMPONENT}"
-    labels = {"trainjobs.io/job-name": job.name, "trainjobs.io/component": COMPONENT}
+    labels = {LABEL_JOB_NAME: job.name, LABEL_COMPONENT: COMPONENT}
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trainjobs.labels import LABEL_COMPONENT, LABEL_JOB_NAME
 from trainjobs.plugin import (
     Job,
     OwnedResource,
@@ -44,7 +45,7 @@ def trainjobs_extra_objects(job: Job, ctx: RenderContext) -> Sequence[dict[str, 
     if board is None:
         return None
     name = f"{job.name}-tensorboard"
-    labels = {"trainjobs.io/job-name": job.name, "trainjobs.io/component": "tensorboard"}
+    labels = {LABEL_JOB_NAME: job.name, LABEL_COMPONENT: "tensorboard"}
     container: dict[str, Any] = {
         "name": "tensorboard",
         "image": board.image,

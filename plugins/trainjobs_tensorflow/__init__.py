@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from trainjobs.labels import LABEL_JOB_ROLE
 from trainjobs.plugin import (
     CelRule,
     Framework,
@@ -42,7 +43,7 @@ __all__ = [
     "plugin",
 ]
 
-JOB_ROLE_LABEL = "trainjobs.io/job-role"
+JOB_ROLE_LABEL = LABEL_JOB_ROLE
 
 
 class TfJobSpec(JobSpec):

@@ -16,6 +16,15 @@ from typing import Any, Literal
 
 from trainjobs.api.models import Job, RestartPolicy
 from trainjobs.errors import SpecError, SpecInvalid
+from trainjobs.labels import (
+    ANNOTATION_ATTEMPT,
+    ANNOTATION_REPLICAS,
+    LABEL_FRAMEWORK,
+    LABEL_JOB_NAME,
+    LABEL_JOB_ROLE,
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+)
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Address, ClusterLayout, Framework, RenderContext, Replica
 
@@ -39,17 +48,6 @@ __all__ = [
     "replica_port",
 ]
 
-LABEL_JOB_NAME = "trainjobs.io/job-name"
-LABEL_FRAMEWORK = "trainjobs.io/framework"
-LABEL_REPLICA_TYPE = "trainjobs.io/replica-type"
-LABEL_REPLICA_INDEX = "trainjobs.io/replica-index"
-LABEL_JOB_ROLE = "trainjobs.io/job-role"
-# On the pods of kinds whose replicas restart together: the job's attempt they belong to.
-ANNOTATION_ATTEMPT = "trainjobs.io/attempt"
-# On every pod: the replica counts its environment was rendered for ("Server=1,Worker=4").
-# Every built-in kind lists its peers (DMLC_NUM_WORKER, TF_CONFIG, NUM_SHARDS), so a pod
-# whose counts differ from the spec's is stale: the planner recreates it.
-ANNOTATION_REPLICAS = "trainjobs.io/replicas"
 # A job read from a file has no uid until the API server assigns one.
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 

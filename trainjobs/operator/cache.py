@@ -23,6 +23,7 @@ import orjson
 from trainjobs.api.models import GROUP, Job, job_manager
 from trainjobs.core.observed import ObservedPod, from_pod
 from trainjobs.core.render import RenderedJob
+from trainjobs.labels import LABEL_FRAMEWORK, LABEL_REPLICA_INDEX
 from trainjobs.plugin.types import Replica
 
 __all__ = ["JobEntry", "OwnedEntry", "OwnerIndex", "PackedJob", "PackedRender", "job_key",
@@ -151,10 +152,10 @@ def reduce_owned(obj: dict[str, Any], kind: str,
         return None
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    replica = "trainjobs.io/replica-index" in labels
+    replica = LABEL_REPLICA_INDEX in labels
     pod = None
     if kind == "Pod" and replica:
-        container = container_by_framework.get(labels.get("trainjobs.io/framework", ""), "")
+        container = container_by_framework.get(labels.get(LABEL_FRAMEWORK, ""), "")
         pod = from_pod(obj, container)
     kept = None
     if keep:

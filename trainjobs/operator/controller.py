@@ -29,7 +29,7 @@ from trainjobs.api.models import (
 )
 from trainjobs.core.observed import ObservedPod
 from trainjobs.core.planner import KindRules, Plan, PlanInputs, plan
-from trainjobs.core.render import RenderedJob, Rendering
+from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob, Rendering
 from trainjobs.core.status import current_condition, failed, is_finished
 from trainjobs.core.validation import ReplicaLimit, parse_job
 from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
@@ -81,7 +81,7 @@ __all__ = ["Controller", "ControllerSettings", "watches"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-OWNED_SELECTOR = "trainjobs.io/job-name"
+OWNED_SELECTOR = LABEL_JOB_NAME  # every object a job owns carries it
 
 
 class Controller:
