@@ -208,6 +208,11 @@ class FaultProxy:
     async def _stop(self) -> None:
         for transport in list(self._streams):  # watches would hold the shutdown up
             transport.abort()
+        with self._lock:  # a create still held would keep its request handler waiting
+            held, self._held = list(self._held.values()), {}
+        for future, _ in held:
+            if not future.done():
+                future.set_result(False)
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:
@@ -215,6 +220,13 @@ class FaultProxy:
         # Let the aborted and closed TLS connections finish closing before the loop stops
         # (aiohttp's advice for SSL); otherwise they are reported as unclosed at exit.
         await asyncio.sleep(0.5)
+        # A request handler the shutdown did not end (one mid-delay) is ended here, on its
+        # loop, not destroyed pending when the loop closes ("Task was destroyed but it is
+        # pending!" at the end of the restart-together tests).
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
 
     def _roll(self, ratio: float) -> bool:
         with self._lock:
