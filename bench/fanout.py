@@ -66,7 +66,7 @@ from bench.writes import attribute, audit_writes, counter_diff, write_counters
 from trainjobs.testing import apply_crds
 
 #: Our kubeflow.org CRDs (`TRAINJOBS_ENABLE_PLUGINS=kubeflow trainjobs crds`, kept current by
-#: tests/unit/test_kubeflow_plugin.py).
+#: tests/unit/plugins/test_kubeflow_plugin.py).
 KUBEFLOW_CRDS = REPO / "charts" / "trainjobs" / "kubeflow-crds"
 OURS_KUBEFLOW_CMD = f"{DEFAULT_OPERATOR_CMD} --enable-plugins kubeflow"
 #: The phases of --training-operator: label -> our command, or training-operator's flags.

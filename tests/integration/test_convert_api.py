@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.operator_helpers import Namespace
-from tests.unit.test_convert import EXPECTED, FIXTURES
+from tests.unit.convert.test_convert import EXPECTED, FIXTURES
 from trainjobs.convert import convert_documents, is_old_job
 from trainjobs.yamlio import read_documents
 

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from tests.integration.operator_helpers import Namespace, Operators, condition, wait_for
-from tests.unit.test_convert import FIXTURES
+from tests.unit.convert.test_convert import FIXTURES
 from trainjobs.convert import convert_documents, is_old_job
 from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION, ControlPlane
 from trainjobs.yamlio import read_documents

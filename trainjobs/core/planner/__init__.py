@@ -2,9 +2,10 @@
 
 Why a pure function: it is the one place where restart, success, failure, suspension, deadline
 and cleanup semantics live, shared by the Kubernetes backend and the local runtime, and it can
-be tested exhaustively without I/O (tests/unit/test_planner.py, including hypothesis-generated
-states). It never performs an action; the backend does, then calls it again with the new state.
-Calling it again on the state its own plan produced must ask for nothing new (idempotence).
+be tested exhaustively without I/O (tests/unit/core/planner/test_planner.py, including
+hypothesis-generated states). It never performs an action; the backend does, then calls it
+again with the new state. Calling it again on the state its own plan produced must ask for
+nothing new (idempotence).
 
 One pass takes one of four paths: a finished, suspended or queued job's (`stop`: `_finish`,
 `_suspend`, `_queue`) or a running one's (`run`: `_run`, with `attempts` for replicas that
