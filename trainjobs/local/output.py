@@ -60,7 +60,7 @@ def format_progress(view: JobProgress, metrics_limit: int | None = LIVE_METRICS)
              + (f" ({view.percent:.0f}%)" if view.percent is not None else "")]
     if view.epoch is not None:
         parts.append(f"epoch {view.epoch}")
-    if view.eta_seconds is not None:
+    if view.eta_seconds is not None and view.total and view.step < view.total:
         parts.append(f"ETA {format_duration(view.eta_seconds)}")
     if view.metrics:
         parts.append(format_metrics(view.metrics, metrics_limit))
@@ -84,6 +84,7 @@ class Console:
         self._colour_of: dict[str, int] = {}
         self._status = ""  # the live line now on screen ("" when none)
         self._last_plain: float | None = None
+        self._last_plain_step = -1
 
     def _erase(self) -> None:
         if self._status:
@@ -106,10 +107,11 @@ class Console:
             self._redraw()
             return
         now = self.clock.monotonic()
-        last_step = view.total is not None and view.step >= view.total
+        last_step = view.total is not None and view.step >= view.total \
+            and view.step != self._last_plain_step
         if self._last_plain is None or last_step or \
                 now - self._last_plain >= PLAIN_PROGRESS_EVERY:
-            self._last_plain = now
+            self._last_plain, self._last_plain_step = now, view.step
             self.note(f"progress: {text}")
 
     def register(self, names: Iterable[str]) -> None:
