@@ -15,7 +15,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
 import trainjobs_progress
 from trainjobs_progress import Reporter, from_environment
 from trainjobs_progress._wire import MAX_METRICS, clean_metrics
@@ -56,7 +55,7 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers["Content-Length"])
                 outer.bodies.append(json.loads(self.rfile.read(length)))
                 time.sleep(delay)
