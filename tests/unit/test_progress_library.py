@@ -280,3 +280,23 @@ def test_keras_callback_reports_batches_and_epochs(monkeypatch: pytest.MonkeyPat
     assert calls[0] == (1, 6, 0, {"loss": 1.0})
     assert calls[-1] == (6, 6, 2, {"loss": 0.5, "val_loss": 0.7})
     assert len(calls) == 9
+
+
+def test_the_library_is_standard_library_only_and_python_3_8() -> None:
+    """Installable into any training image: Python 3.8 syntax, and no import at module level
+    outside the standard library (the adapters import their framework when used)."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    package = Path(trainjobs_progress.__file__).parent
+    for path in sorted(package.glob("*.py")):
+        tree = ast.parse(path.read_text(), feature_version=(3, 8))
+        for node in tree.body:  # module level only
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in ("__future__",
+                                                                 "trainjobs_progress"), \
+                    f"{path.name} imports {name}"
