@@ -125,12 +125,6 @@ class LocalRun:
         self.log_dir = log_dir
         self.console = console
         self.layout = local_layout(job)
-        self.board = ProgressBoard(job.namespace, job.name, job.metadata.uid or "")
-        self.receiver = ProgressReceiver(self.board, self._on_report)
-        self.library = progress_library(log_dir)
-        self.desired: RenderedJob = render_job(job, framework, plugins, backend="local",
-                                               layout=self.layout,
-                                               progress=self.receiver.endpoint)
         self.processes: dict[str, ReplicaProcess] = {}
         self.components: dict[str, ReplicaProcess] = {}
         self.services: set[str] = set()
@@ -138,6 +132,20 @@ class LocalRun:
         self.history: dict[str, ReplicaSummary] = {}
         self.recreations: Counter[str] = Counter()
         self._wake = asyncio.Event()
+        self.board = ProgressBoard(job.namespace, job.name, job.metadata.uid or "")
+        self.receiver = ProgressReceiver(self.board, self._on_report)
+        try:
+            self._prepare()
+        except BaseException:
+            self.receiver.sock.close()  # bound already; nothing will serve it
+            raise
+
+    def _prepare(self) -> None:
+        """Render the job and check every process can start (before anything does)."""
+        self.library = progress_library(self.log_dir)
+        self.desired: RenderedJob = render_job(self.job, self.framework, self.plugins,
+                                               backend="local", layout=self.layout,
+                                               progress=self.receiver.endpoint)
         self._specs = self._process_specs()
         self._component_specs = self._extra_specs()
 
