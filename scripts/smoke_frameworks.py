@@ -10,11 +10,12 @@ Proves, without the operator, that each program trains for real against its fram
   gloo-redis  2 shards, rendezvous through a real redis-server on a loopback port
   gloo-file   2 shards, rendezvous through a shared directory (NFS_PATH)
 
-Every process gets only a minimal base environment (PATH, HOME, LANG, TMPDIR) plus the
-variables of the contract in docs (api.md "Environment contracts"), with 127.0.0.1 and
-ports allocated here; MXNet replicas also get DMLC_NODE_HOST=127.0.0.1 (see
-examples/README.md). Checks: every process exits 0, every training replica's loss fell,
-and all replicas that hold the model end with the same parameter checksum.
+Every process gets only a minimal base environment (PATH, HOME, LANG, TMPDIR, and PYTHONPATH
+for the progress library in progress/src) plus the variables of the contract in docs
+(api.md "Environment contracts"), with 127.0.0.1 and ports allocated here; MXNet replicas
+also get DMLC_NODE_HOST=127.0.0.1 (see examples/README.md). Checks: every process exits 0,
+every training replica's loss fell, and all replicas that hold the model end with the same
+parameter checksum.
 
 Usage: scripts/smoke_frameworks.py [SCENARIO ...] [--steps N] [--timeout S] [--keep-logs]
 Exit status 0 when every scenario passed.
@@ -73,6 +74,9 @@ def venv_python(name: str) -> str:
 def base_env() -> dict[str, str]:
     env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
     env["PYTHONUNBUFFERED"] = "1"
+    # The programs report progress through trainjobs_progress (standard library only); with
+    # no TRAINJOBS_PROGRESS_URL here its calls are no-ops, but the import must resolve.
+    env["PYTHONPATH"] = str(ROOT / "progress" / "src")
     return env
 
 

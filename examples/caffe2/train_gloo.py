@@ -21,7 +21,8 @@ NFS_PATH, CAFFE2_CONFIG (JSON, optional: checked against SHARD_ID/NUM_SHARDS; wh
 shard's own host in it is a loopback address and GLOO_SOCKET_IFNAME is unset, Gloo is
 pinned to the loopback interface).
 
-Per step: ``shard I step N loss X``. At the end: ``TRAINJOBS_RESULT {json}``. Exit 0 on success.
+Per step: ``shard I step N loss X``, and a progress report to trainjobs (a plain
+``trainjobs_progress.report`` call). At the end: ``TRAINJOBS_RESULT {json}``. Exit 0 on success.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 import torch.distributed as dist
+import trainjobs_progress
 
 
 def log(msg: str) -> None:
@@ -255,6 +257,7 @@ def main() -> int:
         opt.step()
         losses.append(loss.item())
         log(f"shard {shard} step {step} loss {losses[-1]:.6f}")
+        trainjobs_progress.report(step, total=args.steps, loss=losses[-1])
 
     with torch.no_grad():
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).contiguous()

@@ -14,7 +14,9 @@ DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_WORKER_ID (workers), MX_CONFIG (optional,
 ps-lite also reads DMLC_NODE_HOST / DMLC_INTERFACE to choose the address a server or worker
 advertises; locally the runner sets DMLC_NODE_HOST=127.0.0.1.
 
-Every replica ends with one line ``TRAINJOBS_RESULT {json}``; exit status 0 on success.
+Workers report their progress (step, loss) to trainjobs with ``trainjobs_progress``'s MXNet
+batch-end callback. Every replica ends with one line ``TRAINJOBS_RESULT {json}``; exit status
+0 on success.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def run_worker(c: dict[str, object], args: argparse.Namespace) -> int:
     import mxnet as mx
     import numpy as np
     from mxnet import autograd, gluon
+    from trainjobs_progress.mxnet import BatchEndCallback
 
     t0 = time.time()
     kv = mx.kv.create("dist_sync")
@@ -139,6 +142,9 @@ def run_worker(c: dict[str, object], args: argparse.Namespace) -> int:
     loss_fn = gluon.loss.L2Loss()
     xb, yb = mx.nd.array(x), mx.nd.array(y)
 
+    # Progress to trainjobs, through the callback Module.fit would call after each batch.
+    metric = mx.metric.Loss()
+    report_progress = BatchEndCallback(total=args.steps)
     first = final = None
     for step in range(1, args.steps + 1):
         with autograd.record():
@@ -150,6 +156,10 @@ def run_worker(c: dict[str, object], args: argparse.Namespace) -> int:
             first = value
         final = value
         log(f"worker {c['index']} step {step} loss {value:.6f}")
+        metric.reset()
+        metric.update(None, [loss])
+        report_progress(mx.model.BatchEndParam(epoch=0, nbatch=step - 1, eval_metric=metric,
+                                               locals=None))
 
     # Weights after the last pull are the servers' copy: identical on every worker.
     params = [p.data().asnumpy() for p in net.collect_params().values()]

@@ -145,7 +145,11 @@ def main() -> int:
             losses.append(value)
             log(f"{tag} step {epoch + 1} loss {value:.6f}")
 
-    model.fit(ds, epochs=args.steps, steps_per_epoch=1, verbose=0, callbacks=[StepLog()])
+    # Progress to trainjobs (step, total, loss) from every worker, through the Keras adapter.
+    from trainjobs_progress.keras import ProgressCallback
+
+    model.fit(ds, epochs=args.steps, steps_per_epoch=1, verbose=0,
+              callbacks=[StepLog(), ProgressCallback()])
 
     weights = model.get_weights()
     blob = b"".join(np.ascontiguousarray(a, dtype="float32").tobytes() for a in weights)

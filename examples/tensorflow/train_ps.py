@@ -12,8 +12,9 @@ from the ps tasks, computes gradients on its own copy of the (generated) data an
 SGD to the variables on the ps tasks. The coordinator fetches each step's loss and, at the
 end, the final parameters.
 
-Per step: ``chief 0 step N loss X``. At the end: ``TRAINJOBS_RESULT {json}``. Exit 0 on
-success; with ``--steps`` small and everything local it runs in seconds.
+Per step: ``chief 0 step N loss X`` and a progress report (``trainjobs_progress.report``).
+At the end: ``TRAINJOBS_RESULT {json}``. Exit 0 on success; with ``--steps`` small and
+everything local it runs in seconds.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def main() -> int:
 
     import numpy as np
     import tensorflow as tf
+    import trainjobs_progress
 
     t0 = time.time()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -118,6 +120,7 @@ def main() -> int:
         value = float(remote.fetch())
         losses.append(value)
         log(f"{task_type} {task_id} step {step} loss {value:.6f}")
+        trainjobs_progress.report(step, total=args.steps, loss=value)  # the coordinator's view
     coordinator.join()
 
     values = [v.numpy() for v in params]  # read back from the ps tasks

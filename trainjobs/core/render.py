@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainjobs.api.models import Job, RestartPolicy
+from trainjobs.core.progress import ProgressEndpoint, progress_env
 from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.labels import (
     ANNOTATION_ATTEMPT,
@@ -167,8 +168,14 @@ class Rendering:
         backend: Literal["kubernetes", "local"] = "kubernetes",
         layout: ClusterLayout | None = None,
         controller_config: Mapping[str, Any] | None = None,
+        progress: ProgressEndpoint | None = None,
     ) -> None:
+        if progress is not None and backend != "local":
+            # Issue 37.3: on a cluster, progress stays off (every pod exactly as before)
+            # until the operator is configured for it; that side is not built yet.
+            raise ValueError("progress reporting is only wired for the local backend")
         self.job = job
+        self.progress = progress
         self.framework = framework
         self.plugins = plugins
         self.ctx = RenderContext(
@@ -184,7 +191,7 @@ class Rendering:
         job, errors = self.job, list[SpecError]()
         counts = replica_counts(job)
         for replica in expected_replicas(job):
-            pod = _render_pod(job, replica, self.ctx, self.plugins, errors)
+            pod = _render_pod(job, replica, self.ctx, self.plugins, errors, self.progress)
             pod["metadata"].setdefault("annotations", {})[ANNOTATION_REPLICAS] = counts
             service = _render_service(job, replica, self.ctx)
             self.plugins.adjust_service(job, replica, service, self.ctx)
@@ -208,7 +215,7 @@ class Rendering:
 def render_job(job: Job, framework: Framework, plugins: PluginManager,
                **options: Any) -> RenderedJob:
     """The desired objects of `job`, all at once (`options`: Rendering's backend, layout,
-    controller_config). Raises `SpecInvalid` on environment collisions."""
+    controller_config, progress). Raises `SpecInvalid` on environment collisions."""
     rendering = Rendering(job, framework, plugins, **options)
     pods: dict[str, dict[str, Any]] = {}
     services: dict[str, dict[str, Any]] = {}
@@ -224,6 +231,7 @@ def _render_pod(
     ctx: RenderContext,
     plugins: PluginManager,
     errors: list[SpecError],
+    progress: ProgressEndpoint | None = None,
 ) -> dict[str, Any]:
     framework = ctx.framework
     rspec = job.spec.replica_specs[replica.type]
@@ -249,7 +257,7 @@ def _render_pod(
         spec["priorityClassName"] = scheduling.priority_class
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
     plugins.adjust_pod(job, replica, pod, ctx)
-    _inject_env(job, replica, pod, ctx, plugins, errors)
+    _inject_env(job, replica, pod, ctx, plugins, errors, progress)
     rtype = framework.replica_type(replica.type)
     if rtype is None or rtype.listens:
         _ensure_port(pod, ctx.cluster.addresses[replica].port, ctx.framework)
@@ -263,10 +271,16 @@ def _inject_env(
     ctx: RenderContext,
     plugins: PluginManager,
     errors: list[SpecError],
+    progress: ProgressEndpoint | None = None,
 ) -> None:
-    """Prepends the plugins' variables, so user variables may refer to them with $(NAME)."""
+    """Prepends the plugins' variables, so user variables may refer to them with $(NAME).
+    With `progress`, every container also gets the core's progress contract (any kind,
+    a plugin's too, without the plugin doing anything)."""
     injected: dict[str, str] = {}
-    everywhere: dict[str, str] = {}
+    everywhere: dict[str, str] = {} if progress is None else progress_env(
+        progress.url, progress.interval, namespace=job.namespace, job=job.name,
+        uid=job.metadata.uid or "", replica=replica.object_name(job.name),
+        replica_type=replica.type, replica_index=replica.index, attempt=job.status.attempt)
     for env in plugins.replica_env(job, replica, ctx):
         for key, value in env.values.items():
             if key in injected or key in everywhere:

@@ -10,6 +10,10 @@ the image is ignored (commands run from PATH, relative paths from the job file's
 Services are only names, Pods among a plugin's extra objects run as processes (the managed
 Redis), other extra objects are skipped with a note, and every process is stopped when the job
 ends whatever cleanPodPolicy says (nothing may outlive the command).
+
+Progress (docs/progress.md): a receiver on 127.0.0.1 takes the replicas' reports; every
+replica gets the progress environment and the `trainjobs_progress` library on its PYTHONPATH,
+and the console shows the job's progress live.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
+import os
+import shutil
 import signal
 import socket
 import time
@@ -29,6 +36,7 @@ from typing import Any
 from trainjobs.api.models import ConditionType, Job
 from trainjobs.core.observed import PodPhase
 from trainjobs.core.planner import KindRules, Plan, PlanInputs, plan
+from trainjobs.core.progress import ProgressBoard
 from trainjobs.core.render import RenderedJob, expected_replicas, render_job
 from trainjobs.core.status import current_condition, is_finished
 from trainjobs.core.validation import load_job_file
@@ -36,11 +44,12 @@ from trainjobs.errors import ProgramMissing, SpecError, SpecInvalid, TrainjobsEr
 from trainjobs.local.ignored import ignored_fields_note
 from trainjobs.local.output import Console, ReplicaSummary
 from trainjobs.local.process import ProcessSpec, ReplicaProcess, process_spec
+from trainjobs.local.receiver import ProgressReceiver
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Address, ClusterLayout, Framework
 from trainjobs.yamlio import describe, ignored_note
 
-__all__ = ["LocalRun", "free_port", "run_file"]
+__all__ = ["LocalRun", "free_port", "progress_library", "run_file"]
 
 LOCAL_NAMESPACE = "local"
 # How to get the programs the local runtime itself runs (not the jobs' own).
@@ -72,6 +81,38 @@ def local_layout(job: Job) -> ClusterLayout:
                          job_name=job.name, allocate=allocate)
 
 
+def _library_source() -> Path | None:
+    """The `trainjobs_progress` package: installed next to trainjobs, or in this clone."""
+    spec = importlib.util.find_spec("trainjobs_progress")
+    if spec is not None and spec.origin:
+        return Path(spec.origin).parent
+    clone = Path(__file__).resolve().parents[2] / "progress" / "src" / "trainjobs_progress"
+    return clone if (clone / "__init__.py").is_file() else None
+
+
+def progress_library(run_dir: Path) -> Path | None:
+    """A folder holding a copy of `trainjobs_progress` (stdlib only, a few kB) for the
+    replicas' PYTHONPATH, or None if trainjobs cannot find the library.
+
+    Why a copy: the replicas run in the framework's environment, not trainjobs'; putting the
+    folder trainjobs imports from on their path could bring all of trainjobs' dependencies
+    with it (site-packages), and the copy is the version that speaks this receiver's format."""
+    source = _library_source()
+    if source is None:
+        return None
+    target = run_dir / "python"
+    shutil.copytree(source, target / "trainjobs_progress", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def _with_pythonpath(spec: ProcessSpec, folder: Path) -> ProcessSpec:
+    """`folder` after the PYTHONPATH the replica would have had (the template's, else ours)."""
+    current = spec.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    value = os.pathsep.join(p for p in (current, str(folder)) if p)
+    return replace(spec, env={**spec.env, "PYTHONPATH": value})
+
+
 class LocalRun:
     """Runs one job to completion."""
 
@@ -84,8 +125,6 @@ class LocalRun:
         self.log_dir = log_dir
         self.console = console
         self.layout = local_layout(job)
-        self.desired: RenderedJob = render_job(job, framework, plugins, backend="local",
-                                               layout=self.layout)
         self.processes: dict[str, ReplicaProcess] = {}
         self.components: dict[str, ReplicaProcess] = {}
         self.services: set[str] = set()
@@ -93,6 +132,20 @@ class LocalRun:
         self.history: dict[str, ReplicaSummary] = {}
         self.recreations: Counter[str] = Counter()
         self._wake = asyncio.Event()
+        self.board = ProgressBoard(job.namespace, job.name, job.metadata.uid or "")
+        self.receiver = ProgressReceiver(self.board, self._on_report)
+        try:
+            self._prepare()
+        except BaseException:
+            self.receiver.sock.close()  # bound already; nothing will serve it
+            raise
+
+    def _prepare(self) -> None:
+        """Render the job and check every process can start (before anything does)."""
+        self.library = progress_library(self.log_dir)
+        self.desired: RenderedJob = render_job(self.job, self.framework, self.plugins,
+                                               backend="local", layout=self.layout,
+                                               progress=self.receiver.endpoint)
         self._specs = self._process_specs()
         self._component_specs = self._extra_specs()
 
@@ -124,7 +177,8 @@ class LocalRun:
             if isinstance(result, SpecError):
                 errors.append(result)
             else:
-                specs[name] = result
+                specs[name] = result if self.library is None else \
+                    _with_pythonpath(result, self.library)
         if errors:
             raise SpecInvalid(sorted(set(errors)), "cannot run locally")
         return specs
@@ -132,8 +186,21 @@ class LocalRun:
     def wake(self) -> None:
         self._wake.set()
 
+    def _on_report(self) -> None:
+        view = self.board.view()
+        if view is not None:
+            self.console.progress(view)
+
     async def run(self) -> Job:
-        """Reconcile until the job has finished and every process is stopped."""
+        """Reconcile until the job has finished and every process is stopped; the progress
+        receiver serves meanwhile."""
+        await self.receiver.start()
+        try:
+            return await self._reconcile()
+        finally:
+            await self.receiver.stop()
+
+    async def _reconcile(self) -> Job:
         self.console.register(self.desired.pods)
         last_state, last_summary = "", ""
         while True:
@@ -151,7 +218,8 @@ class LocalRun:
             if decision.status.attempt != attempt:
                 # A new attempt's replicas get a new environment (Caffe2's RUN_ID).
                 self.desired = render_job(self.job, self.framework, self.plugins,
-                                          backend="local", layout=self.layout)
+                                          backend="local", layout=self.layout,
+                                          progress=self.receiver.endpoint)
                 self._specs = self._process_specs()
             state = decision.status.state
             summary = decision.status.replica_summary
@@ -251,6 +319,9 @@ def run_file(path: Path, args: argparse.Namespace) -> int:
     fields = ignored_fields_note(job, framework)
     if fields:
         console.note(fields)
+    if run.library is None:
+        console.note("trainjobs_progress not found: replicas report progress only if their "
+                     "environment has it (pip install ./progress from a clone of trainjobs)")
     return asyncio.run(_main(run, started))
 
 
@@ -274,7 +345,7 @@ async def _main(run: LocalRun, started: float) -> int:
         await run.stop_all()
         run.console.summary(run.job.name, "Interrupted", time.monotonic() - started,
                             f"stopped by {interrupted[0] if interrupted else 'cancel'}",
-                            run.summaries(), str(run.log_dir))
+                            run.summaries(), str(run.log_dir), run.board.view())
         return EXIT_INTERRUPTED
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -282,5 +353,5 @@ async def _main(run: LocalRun, started: float) -> int:
     state = job.status.state
     message = next((c.message for c in job.status.conditions if c.type == state), "")
     run.console.summary(job.name, state, time.monotonic() - started, message, run.summaries(),
-                        str(run.log_dir))
+                        str(run.log_dir), run.board.view())
     return EXIT_SUCCEEDED if state == "Succeeded" else EXIT_FAILED

@@ -1,0 +1,265 @@
+"""The reporter: takes reports on the training thread, sends them from a background thread.
+
+Why this shape: a report must never raise into the training loop nor wait for the network.
+`report()` only checks its arguments and merges them into one pending state under a lock
+(microseconds); a daemon thread POSTs the newest state at most once per interval, with a
+short timeout, and backs off while the receiver is unreachable. Progress is a state, not a
+series of events, so the pending "queue" holds exactly one merged report: the newest step,
+total and epoch, and the newest value of every metric since the last send. Nothing grows
+with the number of calls, and the last step is never lost to a rate limit (it is sent at the
+next interval, or by the flush at exit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Dict, Mapping
+
+from trainjobs_progress._wire import MAX_METRICS, VERSION, clean_metrics
+
+__all__ = ["Reporter", "Sender"]
+
+log = logging.getLogger("trainjobs_progress")
+
+# Seconds. The interval is the fewest between two sends of one process (the receiver may ask
+# for more); the timeout bounds one POST; the back-off grows while the receiver is away.
+DEFAULT_INTERVAL = 5.0
+DEFAULT_TIMEOUT = 2.0
+MAX_BACKOFF = 60.0
+MAX_INTERVAL = 300.0
+EXIT_FLUSH_SECONDS = 2.0
+
+# Sends one body; returns the reply's JSON object. Raises on any failure.
+Sender = Callable[[bytes, float], Dict[str, Any]]
+
+
+class Refused(Exception):
+    """The receiver answered with an error status (its message is the reason)."""
+
+
+def http_sender(url: str) -> Sender:
+    """POST to `url` with no proxy (the receiver is always a direct address: 127.0.0.1
+    locally, the operator's Service in a cluster)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def send(body: bytes, timeout: float) -> dict[str, Any]:
+        request = urllib.request.Request(url, data=body, method="POST", headers={
+            "Content-Type": "application/json", "User-Agent": f"trainjobs-progress/{VERSION}"})
+        try:
+            with opener.open(request, timeout=timeout) as reply:
+                data = reply.read(65536)
+        except urllib.error.HTTPError as exc:
+            raise Refused(f"HTTP {exc.code}: {_error_text(exc)}") from None
+        try:
+            parsed = json.loads(data.decode("utf-8")) if data else {}
+        except ValueError:
+            parsed = {}
+        return parsed if isinstance(parsed, dict) else {}
+
+    return send
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(exc.read(4096).decode("utf-8"))
+        return str(body.get("error", exc.reason))
+    except Exception:
+        return str(exc.reason)
+
+
+class Reporter:
+    """Reports of one process to one receiver. Thread-safe; every public method is total
+    (it returns, quickly, whatever happens)."""
+
+    def __init__(self, identity: Mapping[str, Any], sender: Sender | None,
+                 interval: float = DEFAULT_INTERVAL, timeout: float = DEFAULT_TIMEOUT,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.identity = dict(identity)
+        self.sender = sender
+        self.interval = interval
+        self.timeout = timeout
+        self.clock = clock
+        self.session = os.urandom(8).hex()
+        self.last_reply: dict[str, Any] = {}
+        self.sent = 0  # accepted by the receiver
+        self.dropped = 0  # refused, or lost to an unreachable receiver
+        self.coalesced = 0  # replaced by a newer report before it was sent
+        self._seq = 0
+        self._lock = threading.Condition()
+        self._pending: dict[str, Any] | None = None
+        self._metrics: dict[str, float] = {}
+        self._last_step = -1
+        self._next_send = 0.0
+        self._backoff = 0.0
+        self._sending = False
+        self._flushing = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._warned: set[str] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return self.sender is not None
+
+    def warn_once(self, key: str, message: str) -> None:
+        """One warning per kind of problem, not one per step."""
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        with contextlib.suppress(Exception):
+            log.warning("trainjobs_progress: %s", message)
+
+    def report(self, step: int, total: int | None = None, epoch: int | None = None,
+               **metrics: Any) -> bool:
+        """Queue the state at `step`; True if it will be sent (False: disabled or refused
+        here, with one warning per kind of problem)."""
+        if self.sender is None or self._closed:
+            return False
+        try:
+            return self._report(step, total, epoch, metrics)
+        except Exception as exc:  # never into the training loop
+            self.warn_once("internal", f"report dropped: {exc!r}")
+            return False
+
+    def _report(self, step: Any, total: Any, epoch: Any, metrics: dict[str, Any]) -> bool:
+        step_i = _count(step)
+        if step_i is None:
+            self.warn_once("step", f"step must be a non-negative integer, got {step!r}; "
+                                   f"report dropped")
+            return False
+        total_i = None if total is None else _count(total)
+        if total is not None and (total_i is None or total_i == 0):
+            self.warn_once("total", f"total must be a positive integer, got {total!r}; "
+                                    f"sent without it")
+            total_i = None
+        epoch_i = None if epoch is None else _count(epoch)
+        if epoch is not None and epoch_i is None:
+            self.warn_once("epoch", f"epoch must be a non-negative integer, got {epoch!r}; "
+                                    f"sent without it")
+        kept, dropped = clean_metrics(metrics)
+        for note in dropped:
+            self.warn_once("metric " + note.split(":", 1)[0], f"metric dropped: {note}")
+        with self._lock:
+            if step_i < self._last_step:
+                self.warn_once("backwards", f"step went backwards ({step_i} after "
+                                            f"{self._last_step}); report a step that only "
+                                            f"grows (a global step, not a batch index)")
+                return False
+            self._last_step = step_i
+            for name, value in kept.items():
+                if name in self._metrics or len(self._metrics) < MAX_METRICS:
+                    self._metrics[name] = value
+            if self._pending is not None:
+                self.coalesced += 1
+            self._pending = {"step": step_i, "total": total_i, "epoch": epoch_i}
+            self._start()
+            self._lock.notify()
+        return True
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="trainjobs-progress",
+                                            daemon=True)
+            self._thread.start()
+            atexit.register(self.flush, EXIT_FLUSH_SECONDS)
+
+    def flush(self, timeout: float = EXIT_FLUSH_SECONDS) -> bool:
+        """Send the pending report now (ignoring the interval); True if nothing is left
+        unsent after at most `timeout` seconds."""
+        try:
+            deadline = self.clock() + timeout
+            with self._lock:
+                self._flushing = True
+                self._lock.notify_all()
+                while self._pending is not None or self._sending:
+                    left = deadline - self.clock()
+                    if left <= 0 or self._thread is None or (self._backoff > 0
+                                                             and not self._sending):
+                        break  # no waiting for a receiver known to be away
+                    self._lock.wait(min(left, 0.05))
+                self._flushing = False
+                return self._pending is None and not self._sending
+        except Exception:
+            return False
+
+    def close(self, timeout: float = EXIT_FLUSH_SECONDS) -> None:
+        """Flush, then stop the background thread; later reports are ignored."""
+        self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._closed:
+                        return
+                    if self._pending is not None:
+                        wait = self._next_send - self.clock()
+                        if wait <= 0 or (self._flushing and self._backoff == 0):
+                            break
+                        self._lock.wait(wait)
+                    else:
+                        self._lock.wait()
+                body = self._body()
+                self._pending = None
+                self._sending = True
+            ok = self._send(body)
+            with self._lock:
+                self._sending = False
+                self._backoff = 0.0 if ok else min(max(self._backoff * 2, 1.0), MAX_BACKOFF)
+                self._next_send = self.clock() + max(self.interval, self._backoff)
+                self._lock.notify_all()
+
+    def _body(self) -> bytes:
+        assert self._pending is not None
+        self._seq += 1
+        payload = dict(self.identity)
+        payload.update(version=VERSION, session=self.session, seq=self._seq,
+                       sentAt=round(time.time(), 3), metrics=dict(self._metrics),
+                       **self._pending)
+        return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+    def _send(self, body: bytes) -> bool:
+        assert self.sender is not None
+        try:
+            reply = self.sender(body, self.timeout)
+        except Refused as exc:
+            self.dropped += 1
+            self.warn_once("refused", f"the receiver refused a report ({exc}); "
+                                      f"it was dropped")
+            return True  # reachable: no back-off, the next report may well be accepted
+        except Exception as exc:
+            self.dropped += 1
+            self.warn_once("unreachable", f"cannot reach the progress receiver ({exc}); "
+                                          f"reports are dropped until it answers")
+            return False
+        self.sent += 1
+        self.last_reply = reply
+        wanted = reply.get("interval")
+        if isinstance(wanted, (int, float)) and not isinstance(wanted, bool) \
+                and self.interval < wanted <= MAX_INTERVAL:
+            self.interval = float(wanted)
+        return True
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer (ints and integral floats/numpy scalars), else None."""
+    if isinstance(value, (bool, str, bytes)):
+        return None
+    try:
+        as_int = int(value)
+        if as_int != value and float(as_int) != float(value):
+            return None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return as_int if as_int >= 0 else None

@@ -1,0 +1,88 @@
+"""`trainjobs run`'s progress receiver: an HTTP endpoint on 127.0.0.1 for the job's replicas.
+
+Why its own small server: the replicas report through `trainjobs_progress` exactly as they
+will on a cluster (same library, same environment contract, same wire format); locally the
+receiver is this process, on a port of its own, and applies reports to a `ProgressBoard`.
+A refused report gets a 4xx with a one-line JSON reason and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+
+from aiohttp import web
+
+from trainjobs.core.progress import (
+    MAX_BODY_BYTES,
+    ProgressBoard,
+    ProgressEndpoint,
+    ReportRefused,
+    parse_report,
+)
+from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
+
+__all__ = ["PATH", "ProgressReceiver"]
+
+PATH = "/v1/progress"
+# Locally the display is the only reader: one report a second per process is plenty.
+LOCAL_INTERVAL = 1.0
+
+
+def _reply(status: int, body: dict[str, object]) -> web.Response:
+    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+
+
+class ProgressReceiver:
+    """Receives one job's reports. The socket is bound at construction (so the URL can go
+    into the replicas' environment before anything starts); serving starts with `start()`."""
+
+    def __init__(self, board: ProgressBoard, on_report: Callable[[], None],
+                 clock: Clock = SYSTEM_CLOCK, interval: float = LOCAL_INTERVAL) -> None:
+        self.board = board
+        self.on_report = on_report
+        self.clock = clock
+        self.interval = interval
+        self.refused = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def endpoint(self) -> ProgressEndpoint:
+        return ProgressEndpoint(f"http://127.0.0.1:{self.port}{PATH}", self.interval)
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_post(PATH, self.handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self.sock).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.sock.close()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        try:
+            if request.content_type != "application/json":
+                raise ReportRefused(415, f"Content-Type must be application/json, got "
+                                         f"{request.content_type or 'none'}")
+            if (request.content_length or 0) > MAX_BODY_BYTES:
+                raise ReportRefused(413, f"body of {request.content_length} bytes, at most "
+                                         f"{MAX_BODY_BYTES}")
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise ReportRefused(413, f"body over {MAX_BODY_BYTES} bytes") from None
+            self.board.apply(parse_report(body), self.clock.monotonic())
+        except ReportRefused as refused:
+            self.refused += 1
+            return _reply(refused.status, {"accepted": False, "error": refused.message})
+        self.on_report()
+        return _reply(200, {"accepted": True, "interval": self.interval})
