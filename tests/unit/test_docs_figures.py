@@ -67,3 +67,19 @@ def test_readme_names_every_group_make_test_deselects() -> None:
     for marker, target in zip(deselected, targets, strict=True):
         assert target, marker
         assert f"`make {target.group(1) or target.group(2)}`" in text, marker
+
+
+def test_benchmarks_first_screen_links_data_and_command_for_every_figure() -> None:
+    """docs/benchmarks.md opens with the latest figures against their baselines: each row
+    links a data file that exists and names the command that reproduces it."""
+    page = _read("docs/benchmarks.md")
+    first = page[:page.index("\n## ")]  # what comes before the first section
+    rows = [line for line in first.splitlines() if line.startswith("| ")][1:]  # after the header
+    assert len(rows) >= 10
+    for row in rows:
+        _, latest, baseline, data, command = row.strip("|").split(" | ")
+        assert "**" in latest and baseline.strip(), row
+        files = re.findall(r"\]\((benchmarks/[^)]+\.json)\)", data)
+        assert files or data.strip() == "as above", row
+        assert all((ROOT / "docs" / f).is_file() for f in files), row
+        assert command.strip().startswith("`bench.") or command.strip() == "as above", row
