@@ -24,7 +24,8 @@ block nesting are counted alike, by the parser that will read it) and refused at
 collection deeper than `MAX_DEPTH`; the walk stops there, so its cost stays linear. The same
 walk counts what aliases expand to: PyYAML shares an aliased node, but validating, converting
 and writing a job visits it once per alias, so nine nested aliases of nine (a "billion
-laughs") would otherwise hang `trainjobs convert`.
+laughs") would otherwise hang `trainjobs convert`, and so would an alias inside the
+collection it names (PyYAML builds a structure that contains itself).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ _PRINTABLE = bytes(range(0x20, 0x7F))
 #: A text libyaml reads otherwise than the pure parser.
 _PURE_TEXT = re.compile(r"[\t!]|[|>][-+0-9]*#")
 _WIDTH = 100
-#: Deepest nesting of collections a document may have: a job nests about 15 deep (a pod
-#: template's affinity terms), and the pure composer overflows Python's stack near 500.
+#: Deepest nesting of collections a document may have: a job with node affinity nests 14
+#: deep, trainjobs' CRDs 34, and the pure composer overflows Python's stack near 500.
 MAX_DEPTH = 100
 #: Most nodes that aliases may add to a file's documents, beyond the nodes written.
 MAX_ALIAS_NODES = 100_000
@@ -120,7 +121,8 @@ def _strings(node: Any) -> Iterator[str]:
 
 
 class _Unbounded(yaml.MarkedYAMLError):
-    """A text nested too deep, or whose aliases expand too far, to be composed safely."""
+    """A text nested too deep, holding a structure that contains itself, or whose aliases
+    expand too far, to be composed and used safely."""
 
     def __init__(self, mark: Any, problem: str) -> None:
         super().__init__(problem=problem, problem_mark=mark)
