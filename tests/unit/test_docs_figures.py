@@ -83,3 +83,14 @@ def test_benchmarks_first_screen_links_data_and_command_for_every_figure() -> No
         assert files or data.strip() == "as above", row
         assert all((ROOT / "docs" / f).is_file() for f in files), row
         assert command.strip().startswith("`bench.") or command.strip() == "as above", row
+
+
+def test_the_hook_list_does_not_claim_one_run_order() -> None:
+    """Hooks 8-10 of hookspecs.py run once at operator start, not after the job hooks."""
+    from trainjobs.plugin import hookspecs
+
+    for name, text in (("hookspecs.py", hookspecs.__doc__ or ""),
+                       ("docs/plugins.md", _read("docs/plugins.md"))):
+        folded = _one_line(text)
+        assert "fixed order" not in folded and "run in this order" not in folded, name
+        assert "not one sequence" in folded, name

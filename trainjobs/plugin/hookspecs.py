@@ -3,7 +3,7 @@
 The hooks, numbered in the order of this module. That is not one sequence: each runs at the
 moment named (docs/plugins.md has the details). 1 runs once when plugins load; 8, 9 and 10
 run once when the operator starts, in that order, before it reads any job; 2-7 and 11-12 run
-for jobs, again and again.
+for jobs, again and again (3-6 in that order within a rendering).
 
 1. `trainjobs_frameworks` — once at load: which kinds the plugin adds.
 2. `trainjobs_validate` — for each job read: problems only a plugin can see. Errors of every
