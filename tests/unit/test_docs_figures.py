@@ -17,6 +17,7 @@ BIGJOB = "docs/benchmarks/bigjob-2026-11-26-b.json"
 #: Where the operator's memory for a 2,000-replica job is stated.
 MEMORY_PAGES = ("charts/trainjobs/values.yaml", "docs/helm.md", "docs/operator.md",
                 "docs/api.md")
+PLUGINS_GUIDE = "docs/plugins.md"
 _NUMBERS = {2: "Two", 3: "Three", 4: "Four", 5: "Five"}
 
 
@@ -89,9 +90,9 @@ def test_the_hook_list_does_not_claim_one_run_order() -> None:
     """Hooks 8-10 of hookspecs.py run once at operator start, not after the job hooks."""
     from trainjobs.plugin import hookspecs
 
-    for name, text in (("hookspecs.py", hookspecs.__doc__ or ""),
-                       ("docs/plugins.md", _read("docs/plugins.md").split("## The hooks")[1]
-                        .split("\n### ")[0])):
+    guide = _read(PLUGINS_GUIDE)
+    hook_list = guide.split("## The hooks")[1].split("\n### ")[0]
+    for name, text in (("hookspecs.py", hookspecs.__doc__ or ""), (PLUGINS_GUIDE, hook_list)):
         folded = _one_line(text)
         assert "fixed order" not in folded and "run in this order" not in folded, name
         assert "not one sequence" in folded, name
