@@ -44,7 +44,7 @@ def is_old_job(doc: Any) -> bool:
         return False
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
     return (isinstance(api_version, str) and api_version.split("/")[0] in OLD_GROUPS
-            and kind in OLD_KINDS)
+            and isinstance(kind, str) and kind in OLD_KINDS)
 
 
 def _converter(doc: dict[str, Any]) -> Converter | None:

@@ -30,7 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
+from trainjobs.errors import SpecInvalid
+from trainjobs.yamlio import read_one
 
 __all__ = ["Credentials", "KubeconfigError", "current_context", "in_cluster", "load"]
 
@@ -194,17 +195,15 @@ def _merged(path: str | None) -> tuple[dict[str, Any], str]:
         raise KubeconfigError(f"no kubeconfig: {', '.join(_paths(path))} not found")
     for p in paths:
         try:
-            doc = yaml.safe_load(Path(p).read_text()) or {}
-        except OSError as exc:
-            raise KubeconfigError(f"kubeconfig {p}: {exc}") from None
-        except yaml.YAMLError as exc:
-            raise KubeconfigError(f"kubeconfig {p}: not YAML: {exc}") from None
+            doc = read_one(Path(p)) or {}
+        except SpecInvalid as exc:
+            raise KubeconfigError(f"kubeconfig {p}: {'; '.join(map(str, exc.errors))}") from None
         if not isinstance(doc, dict):
             raise KubeconfigError(f"kubeconfig {p}: not a mapping")
         base = base or os.path.dirname(os.path.abspath(p))
         for section in merged:
             for item in doc.get(section) or []:
-                if isinstance(item, dict) and item.get("name") not in names[section]:
+                if isinstance(item, dict) and str(item.get("name")) not in names[section]:
                     names[section].add(str(item.get("name")))
                     merged[section].append(item)
         if not merged.get("current-context"):

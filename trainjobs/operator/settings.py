@@ -14,15 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from trainjobs.errors import TrainjobsError
+from trainjobs.errors import SpecInvalid, TrainjobsError
 from trainjobs.kube.selector import SelectorError, parse_selector
 from trainjobs.kueue.reconcile import KueueSettings
 from trainjobs.operator.controller_settings import ControllerSettings
 from trainjobs.operator.leader import LeaseSettings
 from trainjobs.plugin.config import ControllerConfig
 from trainjobs.plugin.manager import PluginManager
+from trainjobs.yamlio import read_one
 
 __all__ = ["HttpSettings", "OperatorSettings", "build_settings", "controller_config",
            "read_config_file"]
@@ -53,9 +52,10 @@ def read_config_file(path: str | None) -> dict[str, object]:
     if not path:
         return {}
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise TrainjobsError(f"--controller-config-file {path}: {exc}") from None
+        data = read_one(Path(path)) or {}
+    except SpecInvalid as exc:
+        raise TrainjobsError(f"--controller-config-file {path}: "
+                             f"{'; '.join(map(str, exc.errors))}") from None
     if not isinstance(data, dict):
         raise TrainjobsError(f"--controller-config-file {path}: expected a mapping")
     return {str(k): v for k, v in data.items()}

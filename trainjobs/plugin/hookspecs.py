@@ -1,10 +1,13 @@
 """Every hook a trainjobs plugin can implement. The one place that defines the plugin contract.
 
-Hooks run in this fixed order (the order of this module; docs/plugins.md has the details):
+The hooks, numbered in the order of this module. That is not one sequence: each runs at the
+moment named (docs/plugins.md has the details). 1 runs once when plugins load; 8, 9 and 10
+run once when the operator starts, in that order, before it reads any job; 2-7 and 11-12 run
+for jobs, again and again (3-6 in that order within a rendering).
 
 1. `trainjobs_frameworks` — once at load: which kinds the plugin adds.
-2. `trainjobs_validate` — for each job: problems only a plugin can see. Errors of every plugin
-   are collected, never only the first.
+2. `trainjobs_validate` — for each job read: problems only a plugin can see. Errors of every
+   plugin are collected, never only the first.
 3. `trainjobs_adjust_pod` — for each replica: edits to the pod the core built.
 4. `trainjobs_replica_env` — for each replica, right after its pod's edits: environment
    variables to inject.
@@ -14,17 +17,17 @@ Hooks run in this fixed order (the order of this module; docs/plugins.md has the
 7. `trainjobs_job_succeeded` — on every reconcile of a running job: the kind's success rule.
 8. `trainjobs_config_overrides` — once when the operator starts: controller config sections
    its command-line options set (since 1.11).
-9. `trainjobs_check_config` — once when the operator starts: refuse a malformed section of
-   the controller config, naming the key (since 1.11).
-10. `trainjobs_owned_resources` — once when the operator starts: kinds of extra objects it must
-   watch (since 1.3).
+9. `trainjobs_check_config` — once when the operator starts, after 8: refuse a malformed
+   section of the controller config, naming the key (since 1.11).
+10. `trainjobs_owned_resources` — once when the operator starts, after 9: kinds of extra
+   objects it must watch (since 1.3).
 11. `trainjobs_object_status` — on every reconcile, for each watched extra object: what it
    reports, for the job's status (since 1.3).
 12. `trainjobs_adjust_status` — whenever the operator writes a job's status: fields another
    project's clients read (since 1.8).
 
-Steps 3-6 are one rendering of the job. Validation renders it too, with placeholder
-Kubernetes addresses, so environment collisions are refused before anything runs.
+Steps 3-6, in that order, are one rendering of the job. Validation renders it too, with
+placeholder Kubernetes addresses, so environment collisions are refused before anything runs.
 
 Rules every implementation follows (reconcile runs again and again on the same job):
 - Deterministic and idempotent: the same job and context give the same answer.
