@@ -52,7 +52,7 @@ def test_the_lost_worker_timeout_is_the_modules() -> None:
 
 
 def test_the_migration_table_says_a_template_restart_policy_is_refused() -> None:
-    """The code refuses it (tests/unit/test_template_restart_policy.py); it is not replaced."""
+    """The code refuses it (tests/unit/core/test_template_restart_policy.py); it is not replaced."""
     (row,) = [line for line in _read("docs/migrating.md").splitlines()
               if line.startswith("| where `restartPolicy` lives")]
     ours = row.split("|")[3]

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from trainjobs_progress import from_environment
 
+from tests.unit.helpers import PLUGINS, caffe2job, framework_of, mxjob, parse
 from trainjobs.core.progress import (
     MAX_BODY_BYTES,
     MAX_METRICS,
@@ -25,8 +26,6 @@ from trainjobs.core.progress import (
 from trainjobs.core.render import render_job
 from trainjobs.local.output import Console, format_duration, format_progress
 from trainjobs.local.receiver import ProgressReceiver
-
-from .helpers import PLUGINS, caffe2job, framework_of, mxjob, parse
 
 
 def body(**fields: Any) -> dict[str, Any]:
