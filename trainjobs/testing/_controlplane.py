@@ -33,13 +33,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from trainjobs.kube.errors import ApiConflict, ApiError
 from trainjobs.testing import _flags
 from trainjobs.testing._audit import AUDIT_LOG, audit_args, read_events, size_of
 from trainjobs.testing._binaries import find_binaries
 from trainjobs.testing._errors import ControlPlaneError
-from trainjobs.testing._kubeapi import KubeAPI, failure, health_ok, ok, serving
+from trainjobs.testing._kubeapi import KubeAPI, health_ok, ok, serving
 from trainjobs.testing._kubectl import run_kubectl, write_kubeconfig
+from trainjobs.testing._nodes import create_node, node_leases, ready_nodes
 from trainjobs.testing._pki import Pki, make_pki
 from trainjobs.testing._process import ProcessRef, free_ports, start_daemon, stop_processes
 from trainjobs.testing._state import (
@@ -54,15 +54,12 @@ if TYPE_CHECKING:
     from trainjobs.testing._kueue import Kueue, KueueOptions
 
 KUBECONFIG_FILE = "kubeconfig"
-NODE_ANNOTATION = "kwok.x-k8s.io/node"
-NODE_LABEL = ("type", "kwok")
 #: Pod annotations read by the packaged KWOK stages (see kwok_stages.yaml).
 EXIT_CODE_ANNOTATION = "kwok.trainjobs.io/exit-code"
 RUN_DURATION_ANNOTATION = "kwok.trainjobs.io/run-duration"
 FAIL_TIMES_ANNOTATION = "kwok.trainjobs.io/fail-times"
 # klog E/F lines, Go flag errors, KWOK's and Kueue's (zap) JSON error records.
 _ERROR_LINE = re.compile(r'^(?:[EF]\d{4} |Error: |error: )|"level":"(?:ERROR|error)"')
-_STARTUP_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 #: What kube-controller-manager logs when it gives up waiting for a healthy API server.
 _KCM_GAVE_UP = "failed to wait for apiserver being healthy"
 _COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -240,7 +237,7 @@ class ControlPlane:
         pending = list(self.node_names)
 
         def create_nodes() -> bool:
-            pending[:] = [n for n in pending if not self._create_node(api, n, options)]
+            pending[:] = [n for n in pending if not create_node(api, n, options)]
             return not pending
 
         heal = self._restart_impatient_controller_manager
@@ -375,42 +372,6 @@ class ControlPlane:
         tail = [line for line in all_lines[-lines:] if line not in errors]
         return "\n".join([*errors, *(["..."] if errors and tail else []), *tail])
 
-    def _create_node(self, api: KubeAPI, name: str, options: ClusterOptions) -> bool:
-        """Create one fake node; False when the apiserver cannot take it yet."""
-        resources_ = {
-            "cpu": options.node_cpu,
-            "memory": options.node_memory,
-            "pods": options.node_pods,
-        }
-        node = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {
-                    NODE_LABEL[0]: NODE_LABEL[1],
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    **options.node_labels,
-                },
-            },
-            "spec": {"taints": [dict(t) for t in options.node_taints]} if options.node_taints
-            else {},
-            "status": {"capacity": resources_, "allocatable": dict(resources_)},
-        }
-        try:
-            api.call("POST", "/api/v1/nodes", node, timeout=5.0)
-        except ApiConflict:
-            return True  # (created by an earlier try whose answer was lost)
-        except ApiError as exc:
-            if exc.retryable:
-                return False
-            raise ControlPlaneError(f"creating node {name} failed: "
-                                    f"{failure('POST', '/api/v1/nodes', exc)}") from exc
-        return True
-
     def add_nodes(self, options: ClusterOptions, timeout: float = 60.0) -> list[str]:
         """Add fake nodes to the running cluster as ``options`` describes them (names from
         ``node_prefix``, capacity, labels, taints) and wait until they are Ready; returns
@@ -423,7 +384,7 @@ class ControlPlane:
         deadline = time.monotonic() + timeout
 
         def create() -> bool:
-            pending[:] = [n for n in pending if not self._create_node(api, n, options)]
+            pending[:] = [n for n in pending if not create_node(api, n, options)]
             return not pending
 
         self._wait(create, f"creating nodes {names}", deadline)
@@ -431,29 +392,13 @@ class ControlPlane:
         return names
 
     def _nodes_ready(self, api: KubeAPI, names: Sequence[str] | None = None) -> bool:
-        try:
-            nodes = api.call("GET", f"/api/v1/nodes?labelSelector={NODE_LABEL[0]}%3D"
-                             f"{NODE_LABEL[1]}", timeout=5.0)
-        except ApiError:
-            return False
-        ready = set()
-        for node in nodes.get("items", []):
-            conditions = node.get("status", {}).get("conditions") or []
-            taints = node.get("spec", {}).get("taints") or []
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not any(
-                t["key"] in _STARTUP_TAINTS for t in taints
-            ):
-                ready.add(node["metadata"]["name"])
-        return ready.issuperset(self.node_names if names is None else names)
+        ready = ready_nodes(api)
+        return ready is not None and ready.issuperset(
+            self.node_names if names is None else names)
 
     def _leases_held(self, api: KubeAPI) -> bool:
-        try:
-            leases = api.call("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/"
-                              "leases", timeout=5.0)
-        except ApiError:
-            return False
-        held = {lease["metadata"]["name"] for lease in leases.get("items", [])}
-        return held.issuperset(self.node_names)
+        held = node_leases(api)
+        return held is not None and held.issuperset(self.node_names)
 
     # -- health and restarts ----------------------------------------------------------------
 
