@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from trainjobs.api.models import Job, JobStatus, OwnedObjectStatus
+from trainjobs.api.models import ConditionType, Job, JobStatus, OwnedObjectStatus
 from trainjobs.core.admission import Admission
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob
@@ -46,6 +46,13 @@ from trainjobs.kube import (
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.admission import workload_phase
+from trainjobs.kueue.integrations import (
+    REASON_UNDECIDED,
+    KueueIntegrations,
+    Route,
+    undecided_message,
+    undecided_route,
+)
 from trainjobs.kueue.model import (
     MalformedObject,
     MissingObject,
@@ -79,6 +86,7 @@ from trainjobs.kueue.workload import (
     queue_name,
 )
 from trainjobs.operator.events import EventRecorder
+from trainjobs.operator.kueue_integrations import KueueIntegrationReader
 from trainjobs.plugin.types import Framework
 
 __all__ = ["WORKLOADS", "Queueing", "discover", "refused", "watched"]
@@ -198,6 +206,9 @@ class Queueing:
         self.settings = settings or KueueSettings()
         self._enqueue = enqueue
         self._on_namespace_changed = on_namespace
+        # Kueue's integration or ours for the kinds Kueue integrates itself (Kubeflow's TFJob).
+        self.integrations = KueueIntegrationReader(kube, self.settings.kubeflow_integration,
+                                                   self.settings.config_map)
         # Namespace name -> its labels (only with manageJobsWithoutQueueName).
         self.namespace_labels: dict[str, dict[str, str]] = {}
         # Job keys whose last pass asked to run again with back-off (see `take_retry`).
@@ -346,9 +357,16 @@ class Queueing:
         `Admission` the planner must obey (None: Kueue does not manage the job)."""
         if not self.manages(job):
             return None  # (one or two lookups for an unlabelled job)
-        if handled_by_kueue(framework.group, framework.kind):
-            return None  # Kueue's own integration admits it through runPolicy.suspend
         owned = list(self.by_owner.get(key, {}).values())
+        if handled_by_kueue(framework.group, framework.kind):
+            route, why = await self.integrations.route(framework.group, framework.kind)
+            if route is Route.UNDECIDED:
+                route = undecided_route(bool(owned), any(p.phase in _ACTIVE for p in pods),
+                                        is_finished(job.status))
+            if route is Route.KUEUE:
+                return None  # Kueue's own integration admits it through runPolicy.suspend
+            if route is Route.UNDECIDED:
+                return await self._hold_undecided(key, job, framework, why)
         if is_finished(job.status):
             self.forget(key)
             await self._finish(key, job, owned)
@@ -373,6 +391,20 @@ class Queueing:
         if step.retry:
             self._retry.add(key)
         return step.admission
+
+    async def _hold_undecided(self, key: str, job: Job, framework: Framework,
+                              why: KueueIntegrations | None) -> Admission:
+        """`--kueue-kubeflow-integration=auto` cannot read Kueue's Configuration: the job
+        waits, with no Workload and no pod, asked again with back-off; one Warning event
+        when it starts waiting for that."""
+        message = undecided_message(framework.group, framework.kind,
+                                    why.source if why is not None else "",
+                                    self.settings.config_map)
+        self._retry.add(key)
+        if not any(c.type is ConditionType.QUEUED and c.status == "True"
+                   and c.reason == REASON_UNDECIDED for c in job.status.conditions):
+            await self.events.emit(job, "Warning", REASON_UNDECIDED, message)
+        return Admission.waiting(REASON_UNDECIDED, message)
 
     async def _finish(self, key: str, job: Job, owned: Sequence[Workload]) -> None:
         """A finished job: its Workload Finished (Succeeded or Failed, with the job's
