@@ -209,6 +209,7 @@ class Queueing:
         # Kueue's integration or ours for the kinds Kueue integrates itself (Kubeflow's TFJob).
         self.integrations = KueueIntegrationReader(kube, self.settings.kubeflow_integration,
                                                    self.settings.config_map)
+        self._undecided: set[str] = set()  # job keys held for it (their event is sent)
         # Namespace name -> its labels (only with manageJobsWithoutQueueName).
         self.namespace_labels: dict[str, dict[str, str]] = {}
         # Job keys whose last pass asked to run again with back-off (see `take_retry`).
@@ -327,6 +328,7 @@ class Queueing:
 
     def forget(self, key: str) -> None:
         """The job is gone (or waits for nothing): drop what it waited for."""
+        self._undecided.discard(key)
         wanted = self._waits_for.pop(key, None)
         if wanted is not None:
             keys = self._waiting.get(wanted, set())
@@ -367,6 +369,7 @@ class Queueing:
                 return None  # Kueue's own integration admits it through runPolicy.suspend
             if route is Route.UNDECIDED:
                 return await self._hold_undecided(key, job, framework, why)
+            self._undecided.discard(key)
         if is_finished(job.status):
             self.forget(key)
             await self._finish(key, job, owned)
@@ -401,9 +404,11 @@ class Queueing:
                                     why.source if why is not None else "",
                                     self.settings.config_map)
         self._retry.add(key)
-        if not any(c.type is ConditionType.QUEUED and c.status == "True"
-                   and c.reason == REASON_UNDECIDED for c in job.status.conditions):
+        if key not in self._undecided and not any(
+                c.type is ConditionType.QUEUED and c.status == "True"
+                and c.reason == REASON_UNDECIDED for c in job.status.conditions):
             await self.events.emit(job, "Warning", REASON_UNDECIDED, message)
+        self._undecided.add(key)
         return Admission.waiting(REASON_UNDECIDED, message)
 
     async def _finish(self, key: str, job: Job, owned: Sequence[Workload]) -> None:
