@@ -12,6 +12,7 @@ operator's), is tests/integration/test_kueue_kubeflow.py with the same operator 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -121,22 +122,18 @@ def make_queue(kube_cluster: ControlPlane, default_kueue: Kueue, bare_ns: Namesp
                operators: Operators) -> Iterator[Any]:
     """A function giving `tainted_queue` of `cpu` and an operator with the Kubeflow plugin
     (and `flags`); the jobs are deleted after the test."""
-    stack: list[Any] = []
+    with contextlib.ExitStack() as stack:
+        def make(cpu: str, *flags: str) -> Queue:
+            q = stack.enter_context(tainted_queue(kube_cluster, bare_ns.name, "kfd", cpu=cpu))
+            operator = operators.start("--enable-plugins", "kubeflow", *flags)
+            return Queue(bare_ns, q.flavor, q.nodes, operator)
 
-    def make(cpu: str, *flags: str) -> Queue:
-        q = tainted_queue(kube_cluster, bare_ns.name, "kfd", cpu=cpu)
-        stack.append(q)
-        entered = q.__enter__()
-        operator = operators.start("--enable-plugins", "kubeflow", *flags)
-        return Queue(bare_ns, entered.flavor, entered.nodes, operator)
-
-    try:
-        yield make
-    finally:
-        for plural in (TFJOBS, MXJOBS):
-            bare_ns.kubectl("delete", plural, "--all", "--wait=true", check=False, timeout=60)
-        for q in reversed(stack):
-            q.__exit__(None, None, None)
+        try:
+            yield make
+        finally:
+            for plural in (TFJOBS, MXJOBS):
+                bare_ns.kubectl("delete", plural, "--all", "--wait=true", check=False,
+                                timeout=60)
 
 
 def test_default_kueue_tfjob_and_mxjob_are_admitted_through_the_operators_workloads(
@@ -184,10 +181,12 @@ def test_default_kueue_a_tfjob_whose_queue_has_no_quota_is_held_and_never_starts
         tf, lambda w: (c := workload_condition(w, "QuotaReserved")) is not None and not c.true
         and c.reason == "Pending", "the operator's Workload refused quota (Pending)")
     assert not condition_true(wl, "Admitted"), wl["status"]
-    queued = queue.wait_true("TFJob", "held", "Queued")
-    cond = condition(queued, "Queued")
-    assert cond is not None and cond["reason"] == "Pending", cond
-    assert "couldn't assign flavors" in cond["message"], cond  # Kueue's words
+    # The TFJob's Queued condition carries Kueue's reason and words once the Workload has them.
+    cond = wait_for(lambda: (c := condition(queue.status("TFJob", "held"), "Queued")) is not None
+                    and c["status"] == "True" and "couldn't assign flavors" in c["message"]
+                    and c, lambda: f"the TFJob Queued with Kueue's words: "
+                    f"{queue.status('TFJob', 'held')}", timeout=30)
+    assert cond["reason"] == "Pending", cond
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         assert not ns.pods("held") and not ns.services("held"), ns.pod_summary("held")
