@@ -9,10 +9,11 @@ ConfigMap). An unchanged ``kubeflow.org/v1`` TFJob carrying ``kueue.x-k8s.io/que
 suspended by Kueue's webhook at creation; Kueue's tfjob controller makes the Workload (the
 operator makes none: Kueue's integration of the kind is on) and admits it by writing the
 flavor into the templates and ``runPolicy.suspend: false``; preempted by a higher-priority
-TFJob, Kueue suspends it again. The operator must then do what training-operator v1.9.4's ``ReconcileJobs`` does on suspend
-(pods and Services deleted whatever ``cleanPodPolicy`` says, ``active`` 0, the Suspended
-condition with its reason and message) and on resume (``startTime`` reset, pods from the
-templates Kueue edited), or Kueue could neither release the quota nor start the job again.
+TFJob, Kueue suspends it again. The operator must then do what training-operator v1.9.4's
+``ReconcileJobs`` does on suspend (pods and Services deleted whatever ``cleanPodPolicy`` says,
+``active`` 0, the Suspended condition with its reason and message) and on resume
+(``startTime`` reset, pods from the templates Kueue edited), or Kueue could neither release
+the quota nor start the job again.
 """
 
 from __future__ import annotations
