@@ -795,6 +795,44 @@ def test_kueue_grants_exactly_what_the_admission_calls(helm_offline: Helm) -> No
     assert not any("kueue" in d["metadata"]["name"] for d in off)
 
 
+def test_kueue_kubeflow_integration_render(helm_offline: Helm) -> None:
+    """kueue.enabled: --kueue-kubeflow-integration (auto by default) and, with auto,
+    --kueue-config-map; with kubeflow.enabled too, a Role in Kueue's namespace that reads
+    exactly that ConfigMap (operator/kueue_integrations.py's one GET), bound to the operator.
+    No Role with an explicit mode or without kubeflow.enabled (invalid values: below)."""
+    both = {"kueue": {"enabled": True}, "kubeflow": {"enabled": True}}
+
+    def config_roles(docs: list[dict[str, Any]], kind: str = "Role") -> dict[str, Any]:
+        return {d["metadata"]["namespace"]: d for d in by_kind(docs, kind)
+                if d["metadata"]["name"] == "rel-trainjobs-kueue-config"}
+
+    docs = helm_offline.template("rel", "ops", both)
+    args = operator_container(docs)["args"]
+    assert "--kueue-kubeflow-integration=auto" in args
+    assert "--kueue-config-map=kueue-system/kueue-manager-config" in args
+    (role,) = config_roles(docs).values()
+    assert role["metadata"]["namespace"] == "kueue-system"
+    assert rbac_grants(role["rules"]) == {("", "configmaps", "get", "kueue-manager-config")}
+    (binding,) = config_roles(docs, "RoleBinding").values()
+    assert binding["roleRef"]["name"] == "rel-trainjobs-kueue-config"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-trainjobs",
+                                    "namespace": "ops"}]
+    moved = helm_offline.template("rel", "ops", {**both, "kueue": {
+        "enabled": True, "configMap": "queueing/kueue-config"}})
+    assert "--kueue-config-map=queueing/kueue-config" in operator_container(moved)["args"]
+    assert rbac_grants(config_roles(moved)["queueing"]["rules"]) == {
+        ("", "configmaps", "get", "kueue-config")}
+    said = helm_offline.template("rel", "ops", {**both, "kueue": {
+        "enabled": True, "kubeflowIntegration": "operator"}})
+    args = operator_container(said)["args"]
+    assert "--kueue-kubeflow-integration=operator" in args
+    assert not [a for a in args if a.startswith("--kueue-config-map")]
+    assert not config_roles(said)
+    assert not config_roles(helm_offline.template("rel", "ops", {"kueue": {"enabled": True}}))
+    off = operator_container(helm_offline.template("rel", "ops", {}))["args"]
+    assert not [a for a in off if a.startswith("--kueue-")]
+
+
 def test_multikueue_manager_render(helm_offline: Helm) -> None:
     """multiKueue.manager: the operator gets --multikueue-manager; its Role reads pods,
     Services and Deployments but may create or delete none (a manager runs no job), the rest
@@ -1293,6 +1331,8 @@ def test_uninstall_removes_everything(helm: Helm, kube_cluster: ControlPlane) ->
             "set only one of minAvailable and maxUnavailable",
         ),
         ({"multiKueue": {"manager": True}}, "multiKueue.manager needs kueue.enabled=true"),
+        ({"kueue": {"kubeflowIntegration": "maybe"}}, "at '/kueue/kubeflowIntegration'"),
+        ({"kueue": {"configMap": "kueue-manager-config"}}, "at '/kueue/configMap'"),
     ],
     ids=[
         "replicas-string",
@@ -1307,6 +1347,8 @@ def test_uninstall_removes_everything(helm: Helm, kube_cluster: ControlPlane) ->
         "lease-timing",
         "pdb-both",
         "manager-without-kueue",
+        "kubeflow-integration",
+        "kueue-config-map",
     ],
 )
 def test_invalid_values_are_refused_with_a_clear_message(

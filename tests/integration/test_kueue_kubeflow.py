@@ -3,15 +3,17 @@ integration (issue 25, points 3 and 4(e)), proven with Kueue's code, not ours.
 
 Kueue v0.19.2 (the session's ``kueue`` fixture, restarted for this module with
 ``kubeflow.org/tfjob`` among its ``integrations.frameworks``, the Kubeflow CRDs installed
-first) and an operator started with ``--enable-plugins kubeflow``. An unchanged
-``kubeflow.org/v1`` TFJob carrying ``kueue.x-k8s.io/queue-name`` is suspended by Kueue's
-webhook at creation; Kueue's tfjob controller makes the Workload (the operator makes none: the
-kind is Kueue's built-in) and admits it by writing the flavor into the templates and
-``runPolicy.suspend: false``; preempted by a higher-priority TFJob, Kueue suspends it again.
-The operator must then do what training-operator v1.9.4's ``ReconcileJobs`` does on suspend
-(pods and Services deleted whatever ``cleanPodPolicy`` says, ``active`` 0, the Suspended
-condition with its reason and message) and on resume (``startTime`` reset, pods from the
-templates Kueue edited), or Kueue could neither release the quota nor start the job again.
+first) and an operator started with ``--enable-plugins kubeflow`` (and its default
+``--kueue-kubeflow-integration=auto``, which reads that Configuration from Kueue's
+ConfigMap). An unchanged ``kubeflow.org/v1`` TFJob carrying ``kueue.x-k8s.io/queue-name`` is
+suspended by Kueue's webhook at creation; Kueue's tfjob controller makes the Workload (the
+operator makes none: Kueue's integration of the kind is on) and admits it by writing the
+flavor into the templates and ``runPolicy.suspend: false``; preempted by a higher-priority
+TFJob, Kueue suspends it again. The operator must then do what training-operator v1.9.4's
+``ReconcileJobs`` does on suspend (pods and Services deleted whatever ``cleanPodPolicy`` says,
+``active`` 0, the Suspended condition with its reason and message) and on resume
+(``startTime`` reset, pods from the templates Kueue edited), or Kueue could neither release
+the quota nor start the job again.
 """
 
 from __future__ import annotations
@@ -261,4 +263,9 @@ def test_kueue_admits_evicts_and_readmits_an_unchanged_kubeflow_tfjob(queue: Que
         assert LABEL_JOB not in (owned["metadata"].get("labels") or {}), owned["metadata"]
     reasons = ns.event_reasons("low")
     assert "TFJobSuspended" in reasons and "TFJobResumed" in reasons, reasons
+    # The operator (--kueue-kubeflow-integration=auto, its default) read why: Kueue's
+    # Configuration names kubeflow.org/tfjob (issue 35).
+    (read,) = queue.operator.logged("^Kueue's integrations, from ConfigMap "
+                                    "kueue-system/kueue-manager-config")
+    assert "kubeflow.org/tfjob" in read["msg"].split(": ")[-1].split(", "), read
     assert not queue.operator.problems()

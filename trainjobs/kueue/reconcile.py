@@ -35,6 +35,7 @@ from trainjobs.kueue.conditions import (
     release_quota_patch,
 )
 from trainjobs.kueue.equivalence import workload_matches
+from trainjobs.kueue.integrations import DEFAULT_CONFIG_MAP, IntegrationMode, parse_config_map
 from trainjobs.kueue.model import MissingObject, PodSet, ResourceFlavor, Workload
 from trainjobs.kueue.workload import (
     PriorityClasses,
@@ -74,6 +75,11 @@ class KueueSettings:
     # waitForPodsReady is enabled; the operator cannot read Kueue's Configuration, and the
     # condition is harmless otherwise).
     report_pods_ready: bool = True
+    # Who admits a kind Kueue can integrate itself (Kubeflow's TFJob): integrations.py.
+    kubeflow_integration: IntegrationMode = IntegrationMode.AUTO
+    # With `auto`: the ConfigMap (namespace, name) holding Kueue's Configuration.
+    config_map: tuple[str, str] = field(
+        default_factory=lambda: parse_config_map(DEFAULT_CONFIG_MAP))
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from trainjobs.core.render import (
 )
 from trainjobs.errors import TrainjobsError
 from trainjobs.kueue import constants as k
+from trainjobs.kueue.integrations import KUEUE_FRAMEWORK_NAMES
 from trainjobs.kueue.model import MissingObject, PodSet
 from trainjobs.plugin.types import Framework
 
@@ -57,12 +58,10 @@ _HASH_LENGTH = 5
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # content.IsLabelValue: at most 63 characters, alphanumerics at both ends.
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-# Kinds that Kueue's own integrations admit (pkg/controller/jobs/kubeflow/jobs/*, v0.19.2;
-# MXJob's integration was removed in v0.11): the operator must not make a second Workload.
-KUEUE_BUILT_IN = frozenset({
-    ("kubeflow.org", "TFJob"), ("kubeflow.org", "PyTorchJob"), ("kubeflow.org", "PaddleJob"),
-    ("kubeflow.org", "XGBoostJob"), ("kubeflow.org", "JAXJob"), ("kubeflow.org", "MPIJob"),
-})
+# Kinds Kueue has an integration of its own for (integrations.KUEUE_FRAMEWORK_NAMES): Kueue
+# admits them where its Configuration enables that integration, the operator elsewhere
+# (integrations.KueueIntegrations.route). MXJob's integration was removed in v0.11.
+KUEUE_BUILT_IN = frozenset(KUEUE_FRAMEWORK_NAMES)
 # Per-pod metadata left out of a podSet template (see the module docstring).
 _PER_POD_LABELS = (LABEL_REPLICA_INDEX, LABEL_JOB_ROLE)
 _PER_POD_ANNOTATIONS = (ANNOTATION_ATTEMPT,)
@@ -84,7 +83,8 @@ class PriorityClassNotFound(MissingObject):
 
 
 def handled_by_kueue(group: str, kind: str) -> bool:
-    """True for kinds Kueue admits through its own integration (Kubeflow's TFJob, ...)."""
+    """True for kinds Kueue has an integration of its own for (Kubeflow's TFJob, ...); it
+    admits them only where its Configuration enables it (integrations.py)."""
     return (group, kind) in KUEUE_BUILT_IN
 
 

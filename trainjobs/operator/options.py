@@ -7,6 +7,7 @@ import argparse
 
 from trainjobs.api.models import DEFAULT_MAX_REPLICAS_PER_JOB, MAX_REPLICAS
 from trainjobs.kueue.constants import DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR
+from trainjobs.kueue.integrations import CONFIG_KEY, DEFAULT_CONFIG_MAP, IntegrationMode
 
 __all__ = ["add_operator_arguments"]
 
@@ -43,6 +44,18 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
                         "managedJobsNamespaceSelector; default and Kueue's: "
                         f"'{DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR}'; '' matches every "
                         "namespace)")
+    p.add_argument("--kueue-kubeflow-integration", choices=[m.value for m in IntegrationMode],
+                   default=IntegrationMode.AUTO.value,
+                   help="who admits a labelled kind Kueue can integrate itself (Kubeflow's "
+                        "TFJob, ...): kueue (its integrations.frameworks names it: the "
+                        "operator makes no Workload), operator (it does not: the operator's "
+                        "Workload), or auto (default: read Kueue's Configuration from "
+                        "--kueue-config-map; when it cannot, such a job is held, with no pod, "
+                        "and says what to set). docs/scheduling.md")
+    p.add_argument("--kueue-config-map", default=DEFAULT_CONFIG_MAP, metavar="NAMESPACE/NAME",
+                   help="with --kueue-kubeflow-integration=auto, the ConfigMap holding "
+                        f"Kueue's Configuration (key {CONFIG_KEY}; default "
+                        f"{DEFAULT_CONFIG_MAP}, as Kueue's manifests and chart name it)")
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--http-address", default="0.0.0.0:8080", metavar="HOST:PORT",

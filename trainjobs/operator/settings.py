@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trainjobs.errors import SpecInvalid, TrainjobsError
 from trainjobs.kube.selector import SelectorError, parse_selector
+from trainjobs.kueue.integrations import IntegrationMode, parse_config_map
 from trainjobs.kueue.reconcile import KueueSettings
 from trainjobs.operator.controller_settings import ControllerSettings
 from trainjobs.operator.leader import LeaseSettings
@@ -86,7 +87,9 @@ def build_settings(args: argparse.Namespace, plugins: PluginManager) -> Operator
     except SelectorError as exc:
         raise TrainjobsError(f"--managed-jobs-namespace-selector: {exc}") from None
     kueue = KueueSettings(manage_jobs_without_queue_name=args.manage_jobs_without_queue_name,
-                          managed_jobs_namespace_selector=selector)
+                          managed_jobs_namespace_selector=selector,
+                          kubeflow_integration=IntegrationMode(args.kueue_kubeflow_integration),
+                          config_map=parse_config_map(args.kueue_config_map))
     return OperatorSettings(
         controller=ControllerSettings(
             namespaces=tuple(args.namespace), concurrency=args.concurrency,

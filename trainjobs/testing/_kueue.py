@@ -34,6 +34,9 @@ so install e.g. the Kubeflow CRDs before asking for ``kubeflow.org/tfjob``),
 ``integrations.externalFrameworks`` (kinds whose Workloads another controller creates, e.g.
 ``MxJob.v1.trainjobs.io``), ``waitForPodsReady`` (Kueue v0.19 turns it on by default with a
 30 min timeout) and anything else through ``KueueOptions.extra`` (MultiKueue, fair sharing).
+The same text is the ConfigMap ``kueue-system/kueue-manager-config`` (key
+``controller_manager_config.yaml``), where a real install keeps it and from which the operator's
+``--kueue-kubeflow-integration=auto`` reads which integrations Kueue enables.
 """
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ COMPONENT = "kueue"
 #: The namespace Kueue believes it runs in (its Configuration's ``namespace``): MultiKueue
 #: reads its kubeconfig Secrets there.
 KUEUE_NAMESPACE = "kueue-system"
+#: The ConfigMap (and key) Kueue's config/default and Helm chart mount its Configuration from.
+CONFIG_MAP = "kueue-manager-config"
+CONFIG_KEY = "controller_manager_config.yaml"
 #: Fixed in Kueue v0.19.2's cmd/kueue/main.go when internalCertManagement is off.
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 #: The webhook configurations' names, as Kueue's config/default (namePrefix ``kueue-``).
@@ -311,6 +317,11 @@ class Kueue:
             self.options, webhook_port=self.webhook_port, health_port=self.health_port,
             metrics_port=self.metrics_port, cert_dir=self.workdir / "certs")
         self.config_file.write_text(yaml.safe_dump(config))
+        # Where Kueue's Deployment mounts it from (what --kueue-kubeflow-integration=auto
+        # reads), written before Kueue starts as a rollout would.
+        self._apply([{"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": CONFIG_MAP, "namespace": KUEUE_NAMESPACE},
+                      "data": {CONFIG_KEY: self.config_file.read_text()}}], "configmap.yaml")
         offset = self.log.stat().st_size if self.log.exists() else 0
         self.plane.ports["kueue-webhook"] = self.webhook_port
         self.plane.ports["kueue-health"] = self.health_port

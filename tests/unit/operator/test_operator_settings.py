@@ -15,6 +15,7 @@ from trainjobs_features.gang import GangConfig, gang_config
 
 from tests.unit.helpers import PLUGINS, render, tfjob
 from trainjobs.errors import PluginError, TrainjobsError
+from trainjobs.kueue.integrations import IntegrationMode
 from trainjobs.operator.leader import LeaseSettings
 from trainjobs.operator.options import add_operator_arguments
 from trainjobs.operator.settings import (
@@ -169,3 +170,18 @@ def test_kueue_manage_jobs_without_queue_name_and_its_namespace_selector() -> No
     assert not on.managed_jobs_namespace_selector.matches({"team": "web"})
     with pytest.raises(TrainjobsError, match=r"--managed-jobs-namespace-selector: .*cannot parse"):
         settings("--managed-jobs-namespace-selector", "team in ml")
+
+
+def test_kueue_kubeflow_integration_defaults_to_auto_reading_kueues_configmap() -> None:
+    default = settings().controller.kueue
+    assert default.kubeflow_integration is IntegrationMode.AUTO
+    assert default.config_map == ("kueue-system", "kueue-manager-config")
+    got = settings("--kueue-kubeflow-integration", "operator",
+                   "--kueue-config-map", "queueing/kueue-config").controller.kueue
+    assert got.kubeflow_integration is IntegrationMode.OPERATOR
+    assert got.config_map == ("queueing", "kueue-config")
+    with pytest.raises(TrainjobsError, match=r"^--kueue-config-map 'kueue-config': expected "
+                       "NAMESPACE/NAME"):
+        settings("--kueue-config-map", "kueue-config")
+    with pytest.raises(SystemExit):  # argparse's own one-line usage error
+        settings("--kueue-kubeflow-integration", "maybe")

@@ -29,7 +29,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from trainjobs.api.models import MANAGED_BY_MULTIKUEUE, Job, JobStatus, OwnedObjectStatus
+from trainjobs.api.models import (
+    MANAGED_BY_MULTIKUEUE,
+    ConditionType,
+    Job,
+    JobStatus,
+    OwnedObjectStatus,
+)
 from trainjobs.core.admission import Admission
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob
@@ -46,6 +52,13 @@ from trainjobs.kube import (
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue import constants as k
 from trainjobs.kueue.admission import workload_phase
+from trainjobs.kueue.integrations import (
+    REASON_UNDECIDED,
+    KueueIntegrations,
+    Route,
+    undecided_message,
+    undecided_route,
+)
 from trainjobs.kueue.model import (
     MalformedObject,
     MissingObject,
@@ -83,6 +96,7 @@ from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 from trainjobs.operator.controller_settings import ControllerSettings
 from trainjobs.operator.events import EventRecorder
 from trainjobs.operator.gates.base import GateContext, Verdict
+from trainjobs.operator.kueue_integrations import KueueIntegrationReader
 from trainjobs.operator.result import DONE, Result
 from trainjobs.plugin.types import Framework
 
@@ -209,6 +223,11 @@ class Queueing:
         self.settings = settings or KueueSettings()
         self._enqueue = enqueue
         self._on_namespace_changed = on_namespace
+        # Kueue's integration or ours for the kinds Kueue integrates itself (Kubeflow's TFJob).
+        self.integrations = KueueIntegrationReader(kube, self.settings.kubeflow_integration,
+                                                   self.settings.config_map,
+                                                   monotonic=clock.monotonic)
+        self._undecided: set[str] = set()  # job keys held for it (their event is sent)
         # Namespace name -> its labels (only with manageJobsWithoutQueueName).
         self.namespace_labels: dict[str, dict[str, str]] = {}
         # (resource plural, name) -> the job keys waiting for that object to appear, and
@@ -325,6 +344,7 @@ class Queueing:
 
     def forget(self, key: str) -> None:
         """The job is gone (or waits for nothing): drop what it waited for."""
+        self._undecided.discard(key)
         wanted = self._waits_for.pop(key, None)
         if wanted is not None:
             keys = self._waiting.get(wanted, set())
@@ -354,9 +374,17 @@ class Queueing:
         `Admission` the planner must obey (None: Kueue does not manage the job)."""
         if not self.manages(job):
             return _FREE  # (one or two lookups for an unlabelled job)
-        if handled_by_kueue(framework.group, framework.kind):
-            return _FREE  # Kueue's own integration admits it through runPolicy.suspend
         owned = list(self.by_owner.get(key, {}).values())
+        if handled_by_kueue(framework.group, framework.kind):
+            route, why = await self.integrations.route(framework.group, framework.kind)
+            if route is Route.UNDECIDED:
+                route = undecided_route(bool(owned), any(p.phase in _ACTIVE for p in pods),
+                                        is_finished(job.status))
+            if route is Route.KUEUE:
+                return _FREE  # Kueue's own integration admits it through runPolicy.suspend
+            if route is Route.UNDECIDED:
+                return await self._hold_undecided(key, job, framework, why)
+            self._undecided.discard(key)
         if is_finished(job.status):
             self.forget(key)
             return Verdict(None, await self._finish(key, job, owned))
@@ -381,6 +409,21 @@ class Queueing:
         if step.retry:
             result = _AGAIN
         return Verdict(step.admission, result)
+
+    async def _hold_undecided(self, key: str, job: Job, framework: Framework,
+                              why: KueueIntegrations | None) -> Verdict:
+        """`--kueue-kubeflow-integration=auto` cannot read Kueue's Configuration: the job
+        waits, with no Workload and no pod, asked again with back-off; one Warning event
+        when it starts waiting for that."""
+        message = undecided_message(framework.group, framework.kind,
+                                    why.source if why is not None else "",
+                                    self.settings.config_map)
+        if key not in self._undecided and not any(
+                c.type is ConditionType.QUEUED and c.status == "True"
+                and c.reason == REASON_UNDECIDED for c in job.status.conditions):
+            self.events.post(job, "Warning", REASON_UNDECIDED, message)
+        self._undecided.add(key)
+        return Verdict(Admission.waiting(REASON_UNDECIDED, message), _AGAIN)
 
     async def _finish(self, key: str, job: Job, owned: Sequence[Workload]) -> Result:
         """A finished job: its Workload Finished (Succeeded or Failed, with the job's

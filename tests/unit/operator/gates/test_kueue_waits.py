@@ -36,9 +36,34 @@ def submit_queued(h: Harness, priority_class: str = "") -> None:
 
 
 def scheduled_in(h: Harness, key: str) -> float | None:
-    """Seconds until the work queue runs `key` again (None: no timer)."""
+    """Seconds the work queue was asked to wait before it runs `key` again (None: no timer).
+
+    The delay asked for, as the timer was set, not the time left on it: on a loaded machine
+    milliseconds pass between setting the timer and reading it, and the time left read 0.04
+    for a 0.05 s back-off."""
     timer = h.controller.queue._timers.get(key)
-    return None if timer is None else round(timer.when() - asyncio.get_running_loop().time(), 2)
+    if timer is None:
+        return None
+    when = timer.when()
+    asked = [round(d, 2) for k, d, at in _ASKED if k == key and abs(at + d - when) < 1e-3]
+    assert asked, f"the timer of {key} was not set through add_after"
+    return asked[-1]
+
+
+#: (key, delay, loop time) of every add_after the queue was asked (see `recording`).
+_ASKED: list[tuple[str, float, float]] = []
+
+
+def recording(h: Harness) -> None:
+    """Record the delays the controller asks of its work queue (`scheduled_in`)."""
+    queue = h.controller.queue
+    add_after = queue.add_after
+
+    def recorded(key: str, delay: float) -> None:
+        _ASKED.append((key, delay, asyncio.get_running_loop().time()))
+        add_after(key, delay)
+
+    queue.add_after = recorded  # type: ignore[method-assign]
 
 
 def put_cluster_object(h: Harness, resource: Resource, obj: dict[str, object]) -> None:
@@ -47,6 +72,7 @@ def put_cluster_object(h: Harness, resource: Resource, obj: dict[str, object]) -
 
 async def test_a_missing_priority_class_backs_off_then_runs_when_it_appears() -> None:
     async with with_kueue() as h:
+        recording(h)
         submit_queued(h, priority_class="gold")
         await h.sync()
         key = h.key("tf")
@@ -78,6 +104,7 @@ async def test_a_missing_priority_class_backs_off_then_runs_when_it_appears() ->
 
 async def test_a_missing_flavor_waits_for_the_flavor() -> None:
     async with with_kueue() as h:
+        recording(h)
         submit_queued(h)
         await h.sync()
         key = h.key("tf")
