@@ -1,13 +1,14 @@
-"""What a queueing system (Kueue) decided about a job, as the planner needs it.
+"""Admission: what the gates (operator/gates; Kueue is one) decided about a job, as the planner
+obeys it.
 
 Why a value of its own: the planner must stay pure and know nothing of Kueue's objects. The
-Kueue integration (trainjobs.kueue) reads the job's Workload and the ResourceFlavors it names
-and reduces them to this: may the job's replicas exist, and if not why (in Kueue's own words),
-must the running ones stop without it counting as a failure (an eviction), and what each
-replica type's pods get from the admission (the flavors' node labels and tolerations, the
-admission checks' pod-set updates). `merge_into_pod` applies the latter to a rendered pod
-exactly as Kueue's podset.Merge does (pkg/podset/podset.go at v0.19.2): a key the pod already
-has with another value is a conflict, never silently overwritten.
+Kueue gate reads the job's Workload and the ResourceFlavors it names and reduces them to
+this: may the job's replicas exist, and if not why (in Kueue's own words), must the running
+ones stop without it counting as a failure (an eviction), and what each replica type's pods
+get from the admission (the flavors' node labels and tolerations, the admission checks'
+pod-set updates). `merge_into_pod` applies the latter to a rendered pod exactly as Kueue's
+podset.Merge does (pkg/podset/podset.go at v0.19.2): a key the pod already has with another
+value is a conflict, never silently overwritten.
 """
 
 from __future__ import annotations

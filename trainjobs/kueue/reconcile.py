@@ -27,7 +27,7 @@ from trainjobs.core.admission import Admission, Eviction, PodSetConflict, merge_
 from trainjobs.core.render import LABEL_JOB_NAME
 from trainjobs.kube.selector import LabelSelector, parse_selector
 from trainjobs.kueue import constants as k
-from trainjobs.kueue.admission import FlavorNotFound, pod_set_changes, waiting_reason
+from trainjobs.kueue.assignment import FlavorNotFound, pod_set_changes, waiting_reason
 from trainjobs.kueue.conditions import (
     condition_of,
     finished_conditions,

@@ -51,7 +51,7 @@ from trainjobs.kube import (
 )
 from trainjobs.kube.informer import Informer, Key
 from trainjobs.kueue import constants as k
-from trainjobs.kueue.admission import workload_phase
+from trainjobs.kueue.assignment import workload_phase
 from trainjobs.kueue.integrations import (
     REASON_UNDECIDED,
     KueueIntegrations,

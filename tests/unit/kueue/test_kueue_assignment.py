@@ -18,7 +18,7 @@ from tests.unit.kueue_fixtures import (
 )
 from trainjobs.core.admission import PodSetChanges, PodSetConflict, Toleration, merge_into_pod
 from trainjobs.kueue import constants as k
-from trainjobs.kueue.admission import FlavorNotFound, pod_set_changes, waiting_reason
+from trainjobs.kueue.assignment import FlavorNotFound, pod_set_changes, waiting_reason
 from trainjobs.kueue.model import MalformedObject, parse_workload
 
 MANIFEST: dict[str, Any] = {
@@ -180,7 +180,7 @@ def test_unknown_fields_are_ignored_and_crd_defaults_apply() -> None:
 
 def test_workload_phase_for_the_jobs_status() -> None:
     from tests.unit.kueue_fixtures import PREEMPTED_MESSAGE
-    from trainjobs.kueue.admission import workload_phase
+    from trainjobs.kueue.assignment import workload_phase
 
     assert workload_phase(with_status(MANIFEST, cond("QuotaReserved", "False", "Pending",
                                                      PENDING_MESSAGE))) == (

@@ -1,4 +1,5 @@
-"""From a Workload (and the ResourceFlavors it names) to what its pods get and why it waits.
+"""A Workload's assignment: from its admission (the flavors, the pod-set updates) to what its
+pods get, and why it waits while it has none.
 
 Why a copy of Kueue's code: the pods must land where the quota was counted. Kueue's
 getPodSetsInfoFromStatus (reconciler.go:1737) and podset.FromAssignment / FromUpdate / Merge
