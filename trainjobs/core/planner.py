@@ -32,6 +32,7 @@ from trainjobs.api.models import (
     RestartPolicy,
 )
 from trainjobs.core.admission import Admission, PodSetConflict, merge_into_pod
+from trainjobs.core.deletions import DeleteReason, PodDeletion, deletion
 from trainjobs.core.indexes import format_indexes, parse_indexes
 from trainjobs.core.observed import (
     UNRUNNABLE_REASONS,
@@ -109,6 +110,8 @@ class Plan:
     # or once its creates are no longer held, and those it still owes (`PlanInputs.owed` of
     # the next pass, less the pods it has seen by then).
     owe: frozenset[str] = frozenset()
+    # Why each pod of `delete_pods` goes (pods a plugin added for the replicas: not listed).
+    deletions: dict[str, PodDeletion] = field(default_factory=dict)
 
     @property
     def actions(self) -> int:
@@ -222,6 +225,7 @@ class _State:
     # ends the previous one (None: no new attempt this pass).
     attempt: int | None = None
     ends_attempt: str | None = None
+    attempt_cause: str = ""  # why that attempt begins, in words (PodDeletion.detail)
     # Per replicaSpecs key: indexes whose current pod has started / that succeeded (durable
     # in the status), and replicas lost in this pass.
     started: dict[str, set[int]] = field(default_factory=dict)
@@ -365,7 +369,8 @@ def _run(
     if admission is not None:
         _admitted(state, desired, admission)
     # Pods whose replica no longer exists (scaled down, or a type removed): delete them.
-    _sweep(state, pods, settings, lambda pod: pod.name not in desired.pods)
+    _sweep(state, pods, settings, lambda pod: pod.name not in desired.pods,
+           DeleteReason.SCALED_DOWN)
     for name in desired.services:
         if name not in inputs.services:
             state.plan.create_services.append(desired.services[name])
@@ -487,7 +492,8 @@ def _rescale(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -
         return
     _forget_indexes(state)
     state.rescaled = sorted(p.name for p in stale)
-    state.plan.delete_pods.extend(state.rescaled)
+    for pod in sorted(stale, key=lambda p: p.name):
+        _delete_pod(state, pod, DeleteReason.RESCALED, f"replica counts changed to {counts}")
     state.plan.events.append(Event(
         "Normal", "JobRescaled", f"replica counts changed to {counts}: recreating "
         f"{len(stale)} pod{'s' if len(stale) != 1 else ''} rendered for other counts"))
@@ -554,6 +560,7 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
     carried = max((p.attempt for p in pods if p.attempt is not None), default=current)
     if carried > current:
         state.attempt = carried + 1
+        state.attempt_cause = f"pods of attempt {carried} exist, later than the status's"
         return
     for pod in sorted(pods, key=lambda p: (not p.disrupted, p.replica_type_lower, p.index)):
         if pod.deleting or pod.phase is not PodPhase.FAILED or pod.name not in desired.pods or \
@@ -563,6 +570,9 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
         if pod.disrupted or retryable(policy, pod):
             state.attempt = current + 1
             state.ends_attempt = pod.name
+            state.attempt_cause = f"pod {pod.name} " + (
+                f"was disrupted: {pod.disruption}" if pod.disrupted else
+                f"failed with exit code {pod.exit_code}")
             return
     # A started shard whose pod went without a failure (preempted, evicted, deleted by
     # someone else) breaks the group as surely: counted as lost, then a new attempt.
@@ -581,30 +591,36 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
                 "the operator)"
             _lost(state, replica, name, cause, seen.uid if seen else "")
             state.attempt = current + 1
-    if state.attempt == current and _broken(state, desired, pods, owed):
+            state.attempt_cause = f"replica {replica.type} {replica.index} (pod {name}) " \
+                f"was lost: {cause}"
+    broken = _broken(state, desired, pods, owed) if state.attempt == current else ""
+    if broken:
         state.attempt = current + 1
+        state.attempt_cause = f"attempt {current} is broken: {broken}"
 
 
 def _broken(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod],
-            owed: frozenset[str]) -> bool:
+            owed: frozenset[str]) -> str:
     """Whether the current attempt, some of whose pods exist, lost one before it ran or was
     never completed (an operator restart cut its creates off), or must change its replica
-    counts: in each case some of its pods would be created again beside the others."""
+    counts: in each case some of its pods would be created again beside the others. Said in
+    words ("" when it is not broken)."""
     current = state.job.status.attempt
     mine = {p.name: p for p in pods
             if p.name in desired.pods and _attempt_of(p, current) == current}
     if not mine:
-        return False  # a fresh attempt: nothing of it exists yet
+        return ""  # a fresh attempt: nothing of it exists yet
     counts = replica_counts(state.job)
     for name, replica in desired.replicas.items():
         pod = mine.get(name)
         if pod is None and name not in owed and \
                 replica.index not in state.completed[replica.type]:
-            return True
-        if pod is not None and (pod.deleting or (pod.replicas_rendered and
-                                pod.replicas_rendered != counts)):
-            return True
-    return False
+            return f"pod {name} is missing and not owed by this operator"
+        if pod is not None and pod.deleting:
+            return f"pod {name} is being deleted"
+        if pod is not None and pod.replicas_rendered and pod.replicas_rendered != counts:
+            return f"pod {name} was rendered for other replica counts"
+    return ""
 
 
 def _earlier_alive(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -> bool:
@@ -637,8 +653,16 @@ def _stale(state: _State, pod: ObservedPod) -> bool:
 def _restart_with_attempt(state: _State, replica: Replica, pod: ObservedPod) -> ReplicaOutcome:
     state.started[replica.type].discard(replica.index)
     state.restarting = True
-    state.plan.delete_pods.append(pod.name)
+    _delete_pod(state, pod, DeleteReason.NEW_ATTEMPT,
+                f"attempt {state.attempt} begins: {state.attempt_cause}")
     return ReplicaOutcome(replica, ReplicaPhase.PENDING)
+
+
+def _delete_pod(state: _State, pod: ObservedPod, reason: DeleteReason, detail: str = ""
+                ) -> None:
+    """Delete `pod`, saying why (`Plan.deletions`)."""
+    state.plan.delete_pods.append(pod.name)
+    state.plan.deletions[pod.name] = deletion(pod, reason, state.job.status.attempt, detail)
 
 
 def _outcome(
@@ -701,7 +725,7 @@ def _finish_unfinished_delete(state: _State, pod: ObservedPod,
         return
     left = settings.unfinished_delete - (state.now - pod.delete_due)
     if left <= timedelta(0):
-        state.plan.delete_pods.append(pod.name)
+        _delete_pod(state, pod, DeleteReason.UNFINISHED_DELETE)
     else:
         _requeue(state.plan, left.total_seconds())
 
@@ -723,7 +747,7 @@ def _failed(
                   reason=loss_reason(pod.disruption or pod.reason))
         state.counting.add(pod.uid)
         state.disrupted = True
-        state.plan.delete_pods.append(pod.name)
+        _delete_pod(state, pod, DeleteReason.DISRUPTED, pod.disruption)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
     if not retryable(policy, pod):
         state.failure = ("ReplicaFailed", f"{what}; restartPolicy {policy.value}"
@@ -739,7 +763,7 @@ def _failed(
                                        f"{what}; restarting it"))
     state.counting.add(pod.uid)
     state.restarting = True
-    state.plan.delete_pods.append(pod.name)
+    _delete_pod(state, pod, DeleteReason.FAILED, what)
     return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
 
 
@@ -784,7 +808,7 @@ def _finish(state: _State, inputs: PlanInputs, settings: PlannerSettings) -> Non
     job, plan_, pods = state.job, state.plan, inputs.pods
     policy = job.spec.run_policy.clean_pod_policy
     _sweep(state, pods, settings, lambda pod: policy is CleanPodPolicy.ALL or
-           (policy is CleanPodPolicy.RUNNING and pod.active))
+           (policy is CleanPodPolicy.RUNNING and pod.active), DeleteReason.FINISHED)
     if policy is not CleanPodPolicy.NONE:
         # A replica's Service goes with its pod, and so does one whose pod is already going or
         # gone (its first delete failed, or someone else deleted the pod): a finished job's
@@ -808,7 +832,7 @@ def _finish(state: _State, inputs: PlanInputs, settings: PlannerSettings) -> Non
 
 
 def _sweep(state: _State, pods: Sequence[ObservedPod], settings: PlannerSettings,
-           goes: Callable[[ObservedPod], bool]) -> None:
+           goes: Callable[[ObservedPod], bool], reason: DeleteReason) -> None:
     """The one pass over the job's pods for what every path deletes: a pod whose deletion
     was cut off half-way is deleted again (`_finish_unfinished_delete`), any other pod being
     deleted is left to go, and a pod that is not is deleted when `goes(pod)` (a scaled-down
@@ -817,7 +841,7 @@ def _sweep(state: _State, pods: Sequence[ObservedPod], settings: PlannerSettings
         if pod.deleting:
             _finish_unfinished_delete(state, pod, settings)
         elif goes(pod):
-            state.plan.delete_pods.append(pod.name)
+            _delete_pod(state, pod, reason)
 
 
 def _without_replicas(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],
@@ -863,7 +887,7 @@ def _suspend(state: _State, inputs: PlanInputs, restart_together: bool,
     job = state.job
     if restart_together and current_condition(job.status) is not ConditionType.SUSPENDED:
         state.status.attempt = job.status.attempt + 1
-    _stop_replicas(state, inputs, settings)
+    _stop_replicas(state, inputs, settings, DeleteReason.SUSPENDED)
     reason, message = _suspend_words(state, "Suspended", "JobSuspended",
                                      f"{job.kind} {job.name} is suspended")
     if current_condition(job.status) is not ConditionType.SUSPENDED:
@@ -888,7 +912,7 @@ def _queue(state: _State, inputs: PlanInputs, admission: Admission, restart_toge
     live = [p for p in inputs.pods if not p.deleting]
     if restart_together and live:
         state.status.attempt = job.status.attempt + 1  # the rendezvous is stale
-    _stop_replicas(state, inputs, settings)
+    _stop_replicas(state, inputs, settings, DeleteReason.QUEUED)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
     eviction = admission.eviction
@@ -904,10 +928,11 @@ def _queue(state: _State, inputs: PlanInputs, admission: Admission, restart_toge
     _idle(state, inputs.pods, ConditionType.QUEUED, reason, message)
 
 
-def _stop_replicas(state: _State, inputs: PlanInputs, settings: PlannerSettings) -> None:
+def _stop_replicas(state: _State, inputs: PlanInputs, settings: PlannerSettings,
+                   reason: DeleteReason) -> None:
     """No replica may run now (suspended, or not admitted): every pod and Service goes, and
     so does what goes with the replicas; all come back when the job may run again."""
-    _sweep(state, inputs.pods, settings, lambda pod: True)
+    _sweep(state, inputs.pods, settings, lambda pod: True, reason)
     state.plan.delete_services.extend(sorted(inputs.services))
     _without_replicas(state, inputs.pods, inputs.extras, settings)
 

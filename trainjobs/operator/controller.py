@@ -69,6 +69,7 @@ from trainjobs.operator.cache import (
     reduce_owned,
 )
 from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
+from trainjobs.operator.deletions import report_wanted_deletions
 from trainjobs.operator.events import EventRecorder
 from trainjobs.operator.memory import Expectations, JobMemory, Parsed
 from trainjobs.operator.workqueue import WorkQueue
@@ -241,9 +242,10 @@ class Controller:
             return  # (its job is not cached yet, or gone: nothing of it to update)
         ref = f"{entry.kind}/{entry.name}"
         if new is None and old is not None and old.pod is not None and \
-                not mem.expectations.deleting(ref):
+                not mem.expectations.deleting(ref, old.pod.uid):
             _note_gone(mem, old)
-        mem.expectations.seen(ref, new is not None)
+        mem.expectations.seen(ref, new is not None,
+                              new.pod.uid if new is not None and new.pod is not None else "")
         self.queue.add(entry.job)
 
     # Running ----------------------------------------------------------------------------
@@ -466,7 +468,8 @@ class Controller:
             ref = f"{entry.kind}/{entry.name}"
             if entry.pod is not None:
                 pod = entry.pod
-                if ref in deleting and not pod.deleting:
+                if ref in deleting and not pod.deleting and \
+                        mem.expectations.deleting(ref, pod.uid):
                     pod = _replace_deleting(pod)
                 pods[entry.name] = pod
             elif entry.kind == "Service" and entry.replica:
@@ -542,6 +545,7 @@ class Controller:
     async def _act(self, mem: JobMemory, key: str, job: Job, decision: Plan) -> None:
         ns = job.namespace
         calls: list[Any] = []
+        report_wanted_deletions(job, decision)
         for name in decision.delete_pods:
             calls.append(self._delete(PODS, ns, name, expected_by=mem))
         for name in decision.delete_services:
@@ -615,14 +619,19 @@ class Controller:
     async def _create(self, mem: JobMemory, res: Resource, ns: str,
                       body: dict[str, Any]) -> str:
         ref = f"{res.kind}/{body['metadata']['name']}"
+        expected = res.kind in ("Pod", "Service") or res in self.watched
+        if expected:  # before the request: its watch event may come before its answer
+            mem.expectations.expect_create(ref)
         try:
             await self.kube.create(res, ns, body)
         except ApiConflict:  # exists already (e.g. created before an operator restart)
+            mem.expectations.create_failed(ref)
             await self._check_owner(res, ns, body)
             mem.expectations.seen(ref, True)
             return "exists"
-        if res.kind in ("Pod", "Service") or res in self.watched:
-            mem.expectations.expect_create(ref)
+        except BaseException:
+            mem.expectations.create_failed(ref)
+            raise
         return "created"
 
     async def _check_owner(self, res: Resource, ns: str, body: dict[str, Any]) -> None:
@@ -659,7 +668,7 @@ class Controller:
         cannot beat it), or until the delete fails: then it must be deleted again."""
         ref = f"{res.kind}/{name}"
         if expected_by is not None:
-            expected_by.expectations.expect_delete(ref)
+            self._expect_delete(expected_by, ns, ref)
         try:
             await self.kube.delete(res, ns, name)
         except ApiNotFound:
@@ -669,6 +678,20 @@ class Controller:
                 expected_by.expectations.seen(ref, exists=False)
             raise
         return "deleted"
+
+    def _expect_delete(self, mem: JobMemory, ns: str, ref: str) -> None:
+        """Expect the deletion of `ref` as the caches show it now: of the object they hold
+        (its uid), or of one we created that they have not shown yet (its uid not known).
+        When they hold neither, they have shown it gone already (its DELETED event came
+        between the plan and this request) and nothing is expected: an expectation would
+        wait for an event that came, and take the next object of that name for the one
+        deleted (issue 36)."""
+        job = job_key(mem.entry.kind, ns, str(mem.entry.meta.get("name", "")))
+        cached = self.owned.get(job, ref)
+        if cached is not None:
+            mem.expectations.expect_delete(ref, cached.pod.uid if cached.pod is not None else "")
+        elif ref in mem.expectations.creates:
+            mem.expectations.expect_delete(ref)
 
     async def _fail(self, mem: JobMemory, key: str, job: Job, reason: str,
                     message: str) -> None:
