@@ -84,3 +84,15 @@ def test_an_outage_is_given_as_measured_not_as_configured() -> None:
         said = [line for line in scenarios.splitlines()
                 if f"{data['extra']['outage_s']:.1f} s from the kill until" in line]
         assert len(said) == 1, (component, data["extra"]["outage_s"])
+
+
+def test_the_small_storms_figures_are_its_runs() -> None:
+    data = json.loads((REPO / "docs" / "reliability" /
+                       "sigkill-storm-small-2026-11-28.json").read_text())
+    c2 = data["per_kind"]["Caffe2Job"]
+    rows = _rows_by_scenario()["SIGKILL storm, small (`make test`): 12 jobs, 5 kills"]
+    assert rows[0][2] == (f"{c2['attempts_without_cause']} / {c2['restarts_counted']} for "
+                          f"{c2['failures_made']} / {c2['attempts_max']}"), rows[0]
+    assert rows[1][2] == (f"{data['finished']} of {data['jobs']} / {data['duplicates']} / "
+                          f"{c2['attempt_overlaps']} / {c2['recreated_in_attempt']}"), rows[1]
+    assert {row[4].split()[0] for row in rows} == {f"`{data['run']['commit']}`"}
