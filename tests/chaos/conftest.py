@@ -176,12 +176,23 @@ def _kind_notes(f: dict[str, Any]) -> list[str]:
                      f"{e['attempts_max']}), jobs with two attempts alive at once "
                      f"{e['attempt_overlaps']}, pods created twice in an attempt "
                      f"{e['recreated_in_attempt']}")
+        if e.get("attempts_without_cause") is not None:
+            text += (f", attempts ended without a failed or lost pod "
+                     f"{e['attempts_without_cause']}, restarts counted {e['restarts_counted']} "
+                     f"for {e['failures_made']} failures made (jobs counting more restarts "
+                     f"than failures: {e['restarts_over_failures']})")
         parts.append(text)
     out = ["per kind (pod watch and audit log): " + "; ".join(parts)]
-    fail_once = (f.get("extra") or {}).get("fail_once")
+    extra = f.get("extra") or {}
+    fail_once = extra.get("fail_once")
     if fail_once:
         out.append(f"shards chosen to fail once: {fail_once['chosen']}, failed "
                    f"{fail_once['failed']} (not failed: {fail_once['not_failed']})")
+    fail = extra.get("fail_attempts")
+    if fail:
+        out.append(f"shards chosen to fail in consecutive attempts: {fail['chosen']} "
+                   f"({fail['attempts_to_fail']} failures chosen), failures made "
+                   f"{fail['failed']} (never failed: {fail['not_failed']})")
     return out
 
 

@@ -26,8 +26,10 @@ lost
 per_kind
     From a pod watch (tests/chaos/podwatch.py), per job kind: jobs, pods, the attempts of
     kinds that restart together, the jobs with pods of two attempts alive at once and the pod
-    names created twice within one attempt (both must be 0), and duplicates. Empty where a
-    scenario runs no pod watch (not measured).
+    names created twice within one attempt (both must be 0), and duplicates; for Caffe2Jobs,
+    the attempts that ended without a failed or lost pod (must be 0) and the restarts their
+    statuses count beside the failures the storm made. Empty where a scenario runs no pod
+    watch (not measured).
 double_true
     Job statuses seen (every version a watch delivered) with two exclusive conditions True.
 recovery
@@ -107,6 +109,11 @@ class Figures:
                 out.append(f"{kind}: {entry['attempt_overlaps']} jobs with two attempts "
                            f"alive at once, {entry['recreated_in_attempt']} pods created "
                            f"twice within an attempt: {entry.get('examples')}")
+            if entry.get("attempts_without_cause") or entry.get("restarts_over_failures"):
+                out.append(f"{kind}: {entry.get('attempts_without_cause')} attempts ended "
+                           f"without a failed or lost pod, {entry.get('restarts_over_failures')}"
+                           f" jobs counting more restarts than failures: "
+                           f"{entry.get('examples')}")
         return out
 
     def to_json(self) -> dict[str, Any]:

@@ -12,6 +12,11 @@ attempt_overlaps
 recreated_in_attempt
     Pod names created twice (two uids) under the same job and attempt: one ``RUN_ID``
     rendezvousing two processes of one rank.
+attempts_without_cause
+    Attempts that ended (a later attempt of the job was seen) though every shard of it had
+    been created, none was seen Failed and none was deleted by anyone but the operator (issue
+    36: a fresh attempt deleted 0.2 s after its creation, for nothing). An attempt whose
+    creates an operator SIGKILL cut off is given up by design (docs/api.md): that is a cause.
 
 The watch resumes from the last resourceVersion it saw (bookmarks keep it fresh); only when
 the API server answers 410 Gone does it list again, and then pods it knew that the list lacks
@@ -43,6 +48,7 @@ class SeenPod:
     name: str
     kind: str
     owner: str
+    job: str
     attempt: str | None
     phase: str
     created: str
@@ -147,6 +153,27 @@ class PodWatch:
                     seen.setdefault(p.name, set()).add(p.attempt)
         return {name: len(attempts) for name, attempts in seen.items()}
 
+    def attempts_without_cause(self, shards: dict[str, int], taken: set[str]) -> list[str]:
+        """The attempts of the jobs of ``shards`` (job name -> its shards) that ended without
+        a cause (see the module's doc); ``taken``: uids of pods deleted by anyone but the
+        operator (audit log). One line each, naming the job, the attempt and its pods."""
+        by_job: dict[str, dict[int, list[SeenPod]]] = {}
+        with self._lock:
+            for pod in self.pods.values():
+                if pod.job in shards and pod.attempt is not None and pod.attempt.isdigit():
+                    by_job.setdefault(pod.job, {}).setdefault(int(pod.attempt), []).append(pod)
+        out = []
+        for job, attempts in sorted(by_job.items()):
+            last = max(attempts)
+            for attempt, pods in sorted(attempts.items()):
+                complete = len({p.name for p in pods}) == shards[job]
+                failed = any(p.phase == "Failed" for p in pods)
+                lost = any(p.uid in taken for p in pods)
+                if attempt < last and complete and not failed and not lost:
+                    out.append(f"{job} attempt {attempt}: " + ", ".join(
+                        sorted(f"{p.name} {p.phase or '?'}" for p in pods))[:200])
+        return out
+
     def kind_of(self) -> dict[str, str]:
         """Pod name -> its job's kind (the owner of the pods seen under that name)."""
         with self._lock:
@@ -161,7 +188,7 @@ class PodWatch:
             return
         uid = str(meta["uid"])
         pod = SeenPod(uid=uid, name=str(meta.get("name")), kind=str(owners[0].get("kind")),
-                      owner=str(owners[0].get("uid")),
+                      owner=str(owners[0].get("uid")), job=str(owners[0].get("name")),
                       attempt=(meta.get("annotations") or {}).get(ATTEMPT),
                       phase=str((obj.get("status") or {}).get("phase") or ""),
                       created=str(meta.get("creationTimestamp", "")),

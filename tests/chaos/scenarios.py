@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tests.chaos.failonce import FailOnce
+from tests.chaos.failattempts import FailAttempts
 from tests.chaos.harness import (
     ChaosEnv,
     Figures,
@@ -82,8 +82,9 @@ def tf_job(name: str, *, run: str = "4s") -> dict[str, Any]:
 class StormMix:
     """What a SIGKILL storm creates: ``mx`` MxJobs (every ``failing_every``-th one's Worker
     fails every time, recreated ``backoff`` times), ``caffe2`` Caffe2Jobs of 2-8 shards (every
-    ``caffe2_failing_every``-th one has a shard that fails once: all restart together) and
-    ``tf`` TfJobs, interleaved."""
+    ``caffe2_failing_every``-th one has a shard that fails in consecutive attempts, 1 to
+    ``caffe2_failures`` of them in turn: all restart together each time, and the job still
+    succeeds within its backoffLimit 3) and ``tf`` TfJobs, interleaved."""
 
     mx: int
     caffe2: int = 0
@@ -91,6 +92,7 @@ class StormMix:
     failing_every: int = 0
     backoff: int = 2
     caffe2_failing_every: int = 2
+    caffe2_failures: int = 1
 
     @property
     def jobs(self) -> int:
@@ -104,10 +106,12 @@ class StormMix:
         return f"SIGKILL storm ({self.jobs} jobs: {kinds}; {kills} kills)"
 
     def manifests(self, rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, str],
-                                                      set[str]]:
+                                                      dict[str, int]]:
         """The manifests (interleaved by kind), ``Kind/name`` -> the end each must reach,
-        and the pod names that fail once (one shard of each failing Caffe2Job)."""
-        mx, c2, tf, fail_once = [], [], [], set()
+        and the pod names that fail (one shard of each failing Caffe2Job) -> in how many
+        consecutive attempts."""
+        mx, c2, tf = [], [], []
+        fail: dict[str, int] = {}
         expect = {}
         for i in range(self.mx):
             failing = bool(self.failing_every) and i % self.failing_every == 0
@@ -118,12 +122,13 @@ class StormMix:
             c2.append(caffe2_job(f"c{i}", shards))
             expect[f"Caffe2Job/c{i}"] = "Succeeded"
             if self.caffe2_failing_every and i % self.caffe2_failing_every == 0:
-                fail_once.add(f"c{i}-worker-{rng.randrange(shards)}")
+                turn = i // self.caffe2_failing_every
+                fail[f"c{i}-worker-{rng.randrange(shards)}"] = 1 + turn % self.caffe2_failures
         for i in range(self.tf):
             tf.append(tf_job(f"t{i}"))
             expect[f"TfJob/t{i}"] = "Succeeded"
         mixed = [m for group in itertools.zip_longest(mx, c2, tf) for m in group if m]
-        return mixed, expect, fail_once
+        return mixed, expect, fail
 
 
 def _tracebacks(operators: list[Operator]) -> list[str]:
@@ -164,10 +169,10 @@ def sigkill_storm(env: ChaosEnv, mix: StormMix, *, kills: int, budget: float,
     rng = random.Random(seed)
     figures = Figures(mix.title(kills))
     audit0 = env.plane.audit_offset()
-    manifests, expect, fail_once = mix.manifests(rng)
+    manifests, expect, fail = mix.manifests(rng)
     kinds = sorted({m["kind"] for m in manifests})
     with timed(figures), StatusWatch(env.plane, env.ns.name, kinds) as watch, \
-            FailOnce(env.plane, env.ns.name, fail_once) as failer, \
+            FailAttempts(env.plane, env.ns.name, fail) as failer, \
             PodWatch(env.plane, env.ns.name, on_pod=failer.consider) as pods:
         op = env.operators.start("--log-level", "info")
         names = create_all(env.ns, manifests)
@@ -185,7 +190,8 @@ def sigkill_storm(env: ChaosEnv, mix: StormMix, *, kills: int, budget: float,
         t_last = time.time()
         finished_at = _finish(env, figures, watch, names, budget, audit0, pods)
         figures.recovery_s["last kill to all finished"] = finished_at - t_last
-        _kind_figures(figures, pods, env, audit0, fail_once, failer)
+        _kind_figures(figures, pods, env, audit0, failer)
+        _attempt_figures(figures, pods, watch, failer, env, audit0, manifests)
         ended = watch.finished()
         wrong = [f"{key} {ended[key]} (expected {want})" for key, want in expect.items()
                  if key in ended and ended[key] != want]
@@ -195,7 +201,7 @@ def sigkill_storm(env: ChaosEnv, mix: StormMix, *, kills: int, budget: float,
 
 
 def _kind_figures(figures: Figures, pods: PodWatch, env: ChaosEnv, audit0: int,
-                  fail_once: set[str], failer: FailOnce) -> None:
+                  failer: FailAttempts) -> None:
     """Per kind, from the pod watch and the audit log: jobs, pods, attempts, overlaps,
     recreations within an attempt, duplicates."""
     kind_of = pods.kind_of()
@@ -209,14 +215,47 @@ def _kind_figures(figures: Figures, pods: PodWatch, env: ChaosEnv, audit0: int,
             history.duplicates()
         entry["duplicates"] = entry.get("duplicates", 0) + dup
     figures.per_kind = per_kind
-    if fail_once:
-        ended = pods.ended_in_attempt("0", fail_once)
-        figures.extra["fail_once"] = {
-            "chosen": len(fail_once), "patched": len(failer.failed),
-            "failed": sum(1 for phase in ended.values() if phase == "Failed"),
-            "not_failed": sorted(n for n in fail_once if ended.get(n) != "Failed")[:10],
+    if failer.targets:
+        failed = set(failer.failed)
+        figures.extra["fail_attempts"] = {
+            "chosen": len(failer.targets),
+            "attempts_to_fail": sum(failer.targets.values()),
+            "failed": failer.injected(),
+            "not_failed": sorted(set(failer.targets) - failed)[:10],
             "patch_errors": failer.errors[:5]}
     figures.extra["pod_watch_relists"] = pods.relists
+
+
+def _attempt_figures(figures: Figures, pods: PodWatch, watch: StatusWatch,
+                     failer: FailAttempts, env: ChaosEnv, audit0: int,
+                     manifests: list[dict[str, Any]]) -> None:
+    """Issue 36, for the kinds whose replicas restart together: the attempts that ended
+    without a cause (must be 0), and the restarts each job's status counts against the
+    failures made (a job counting more restarts than it had failures counted one of nothing;
+    fewer is possible: a failure in an attempt already ending is not the job's)."""
+    shards = {m["metadata"]["name"]: sum(int(r.get("replicas", 1)) for r in
+                                         m["spec"]["replicaSpecs"].values())
+              for m in manifests if m["kind"] == "Caffe2Job"}
+    if not shards:
+        return
+    histories = pod_histories(env.plane.audit_events(audit0), env.ns.name)
+    taken = {w.uid for h in histories.values() for w in h.writes
+             if w.verb == "delete" and w.code == 200 and w.uid and w.agent != "operator"}
+    without = pods.attempts_without_cause(shards, taken)
+    restarts = made = 0
+    over = []
+    for name in shards:
+        status = (watch.latest.get(("Caffe2Job", name)) or {}).get("status") or {}
+        counted = sum(int(r.get("restarts") or 0)
+                      for r in (status.get("replicaStatuses") or {}).values())
+        injected = sum(len(u) for n, u in failer.failed.items() if n.startswith(f"{name}-"))
+        restarts, made = restarts + counted, made + injected
+        if counted > injected:
+            over.append(f"{name}: {counted} restarts, {injected} failures")
+    entry = figures.per_kind.setdefault("Caffe2Job", {})
+    entry.update(attempts_without_cause=len(without), restarts_counted=restarts,
+                 failures_made=made, restarts_over_failures=len(over))
+    entry["examples"] = [*entry.get("examples", []), *without[:5], *over[:5]][:10]
 
 
 def component_outage(env: ChaosEnv, component: str, *, jobs: int, down: float,

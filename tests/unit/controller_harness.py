@@ -127,7 +127,16 @@ class Harness:
 @asynccontextmanager
 async def running_controller(**settings: Any) -> AsyncIterator[Harness]:
     """A controller of namespace NS with its informers synced, on a fake API and clock."""
-    kube, clock = FakeKube(), FakeClock()
+    async with controller_on(FakeKube(), FakeClock(), **settings) as h:
+        yield h
+
+
+@asynccontextmanager
+async def controller_on(kube: FakeKube, clock: FakeClock, **settings: Any
+                        ) -> AsyncIterator[Harness]:
+    """A controller on an existing fake API and clock, its informers synced: another
+    operator process (one started after an earlier one was killed remembers nothing and
+    lists everything afresh)."""
     controller = Controller(kube, PLUGINS,  # type: ignore[arg-type]
                             ControllerSettings(namespaces=(NS,), **settings), clock)
     poster = asyncio.create_task(controller.events.run())

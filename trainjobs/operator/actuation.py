@@ -28,6 +28,8 @@ from trainjobs.kube import (
     Resource,
     gather_limited,
 )
+from trainjobs.operator.cache import OwnerIndex, job_key
+from trainjobs.operator.deletions import report_wanted_deletions
 from trainjobs.operator.memory import JobMemory
 
 __all__ = ["Actuation", "Actuator", "NameConflict", "controller_of"]
@@ -83,9 +85,10 @@ def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
 class Actuator:
     """Makes and deletes a job's objects for the controller (one per controller)."""
 
-    def __init__(self, kube: Kube, watched: Sequence[Resource],
+    def __init__(self, kube: Kube, owned: OwnerIndex, watched: Sequence[Resource],
                  resources: Mapping[tuple[str, str], Resource], parallelism: int) -> None:
         self.kube = kube
+        self.owned = owned
         self.watched = tuple(watched)
         self.resources = resources
         self.parallelism = parallelism
@@ -96,6 +99,7 @@ class Actuator:
         what happened. `job_resource`: the job's own, for a plan that deletes the job."""
         ns = job.namespace
         calls: list[Any] = []
+        report_wanted_deletions(job, decision)
         for name in decision.delete_pods:
             calls.append(self.delete(PODS, ns, name, expected_by=mem))
         for name in decision.delete_services:
@@ -119,14 +123,19 @@ class Actuator:
     async def _create(self, mem: JobMemory, res: Resource, ns: str,
                       body: dict[str, Any]) -> str:
         ref = f"{res.kind}/{body['metadata']['name']}"
+        expected = res.kind in ("Pod", "Service") or res in self.watched
+        if expected:  # before the request: its watch event may come before its answer
+            mem.expectations.expect_create(ref)
         try:
             await self.kube.create(res, ns, body)
         except ApiConflict:  # exists already (e.g. created before an operator restart)
+            mem.expectations.create_failed(ref)
             await self._check_owner(res, ns, body)
             mem.expectations.seen(ref, True)
             return "exists"
-        if res.kind in ("Pod", "Service") or res in self.watched:
-            mem.expectations.expect_create(ref)
+        except BaseException:
+            mem.expectations.create_failed(ref)
+            raise
         return "created"
 
     async def _check_owner(self, res: Resource, ns: str, body: dict[str, Any]) -> None:
@@ -163,7 +172,7 @@ class Actuator:
         cannot beat it), or until the delete fails: then it must be deleted again."""
         ref = f"{res.kind}/{name}"
         if expected_by is not None:
-            expected_by.expectations.expect_delete(ref)
+            self._expect_delete(expected_by, ns, ref)
         try:
             await self.kube.delete(res, ns, name)
         except ApiNotFound:
@@ -173,3 +182,17 @@ class Actuator:
                 expected_by.expectations.seen(ref, exists=False)
             raise
         return "deleted"
+
+    def _expect_delete(self, mem: JobMemory, ns: str, ref: str) -> None:
+        """Expect the deletion of `ref` as the caches show it now: of the object they hold
+        (its uid), or of one we created that they have not shown yet (its uid not known).
+        When they hold neither, they have shown it gone already (its DELETED event came
+        between the plan and this request) and nothing is expected: an expectation would
+        wait for an event that came, and take the next object of that name for the one
+        deleted (issue 36)."""
+        job = job_key(mem.entry.kind, ns, str(mem.entry.meta.get("name", "")))
+        cached = self.owned.get(job, ref)
+        if cached is not None:
+            mem.expectations.expect_delete(ref, cached.pod.uid if cached.pod is not None else "")
+        elif ref in mem.expectations.creates:
+            mem.expectations.expect_delete(ref)

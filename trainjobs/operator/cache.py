@@ -186,6 +186,11 @@ class OwnerIndex:
     def of(self, job: str) -> list[OwnedEntry]:
         return list(self._by_job.get(job, {}).values())
 
+    def get(self, job: str, ref: str) -> OwnedEntry | None:
+        """The cached object `ref` (`Kind/name`) of `job`, if the cache holds it."""
+        owned = self._by_job.get(job)
+        return None if owned is None else owned.get(ref)
+
 
 @dataclass(frozen=True, slots=True)
 class PackedJob:

@@ -106,7 +106,7 @@ class Controller:
         declared = plugins.owned_resources(settings.controller_config)
         self.watched = owned_resources(plugins, settings)
         self.resources = {**BY_API_KIND, **{(r.api_version, r.kind): r for r in self.watched}}
-        self.actuator = Actuator(kube, self.watched, self.resources,
+        self.actuator = Actuator(kube, self.owned, self.watched, self.resources,
                                  settings.create_parallelism)
         self.writer = StatusWriter(kube, plugins, settings.status_coalesce_seconds, clock)
         self.planner_settings = replace(settings.planner, with_replicas_kinds=frozenset(
@@ -209,9 +209,10 @@ class Controller:
             return  # (its job is not cached yet, or gone: nothing of it to update)
         ref = f"{entry.kind}/{entry.name}"
         if new is None and old is not None and old.pod is not None and \
-                not mem.expectations.deleting(ref):
+                not mem.expectations.deleting(ref, old.pod.uid):
             note_gone(mem, old)
-        mem.expectations.seen(ref, new is not None)
+        mem.expectations.seen(ref, new is not None,
+                              new.pod.uid if new is not None and new.pod is not None else "")
         self.queue.add(entry.job)
 
     # Running ----------------------------------------------------------------------------

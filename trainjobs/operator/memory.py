@@ -45,7 +45,17 @@ class Parsed:
 
 class Expectations:
     """One job's pods and Services (`Kind/name`) we created or deleted that the caches have not
-    shown yet, each until it is seen or its timeout passes."""
+    shown yet, each until it is seen or its timeout passes.
+
+    A deletion is expected of one object, by uid (issue 36): pods of kinds whose replicas
+    restart together come back under the same names, and a deletion expected by name alone
+    outlived its pod when the caches had shown it gone before the expectation was made (its
+    DELETED event handled while the status write that precedes the deletes awaited the API
+    server): the next attempt's pod of that name then looked as being deleted, its attempt
+    broken, and a new attempt began 0.2 s after this one was created. So an object the caches
+    show with another uid is never taken for the one deleted, and its appearance ends the
+    expectation. uid "": not known yet (one we created and the caches have not shown): bound
+    to the first object of that name they show."""
 
     __slots__ = ("clock", "creates", "deletes", "timeout")
 
@@ -53,28 +63,49 @@ class Expectations:
         self.timeout = timeout
         self.clock = clock
         self.creates: dict[str, float] = {}
-        self.deletes: dict[str, float] = {}
+        # ref -> (until, the uid of the object deleted; "" while not known)
+        self.deletes: dict[str, tuple[float, str]] = {}
 
     def expect_create(self, ref: str) -> None:
+        """Made before the create is sent, so that the caches cannot show the object first
+        (an expectation made after them would stand in for the object, once it is gone, until
+        its timeout); `create_failed` drops it when the create fails."""
         self.creates[ref] = self.clock() + self.timeout
 
-    def expect_delete(self, ref: str) -> None:
-        self.deletes[ref] = self.clock() + self.timeout
+    def create_failed(self, ref: str) -> None:
+        self.creates.pop(ref, None)
 
-    def seen(self, ref: str, exists: bool) -> None:
-        (self.creates if exists else self.deletes).pop(ref, None)
+    def expect_delete(self, ref: str, uid: str = "") -> None:
+        self.deletes[ref] = (self.clock() + self.timeout, uid)
+
+    def seen(self, ref: str, exists: bool, uid: str = "") -> None:
+        """The caches show `ref` (`exists`, with `uid` when known) or show it gone."""
+        if not exists:
+            self.deletes.pop(ref, None)
+            return
+        self.creates.pop(ref, None)
+        deleted = self.deletes.get(ref)
+        if deleted is None or not uid:
+            return
+        if not deleted[1]:
+            self.deletes[ref] = (deleted[0], uid)  # the one we created, then deleted
+        elif deleted[1] != uid:
+            del self.deletes[ref]  # another object holds the name: the one deleted is gone
 
     def pending(self) -> tuple[set[str], set[str]]:
         """(creates, deletes) not yet seen; those past their timeout are dropped."""
         now = self.clock()
-        for book in (self.creates, self.deletes):
-            for ref in [r for r, until in book.items() if until < now]:
-                del book[ref]
+        for ref in [r for r, until in self.creates.items() if until < now]:
+            del self.creates[ref]
+        for ref in [r for r, (until, _) in self.deletes.items() if until < now]:
+            del self.deletes[ref]
         return set(self.creates), set(self.deletes)
 
-    def deleting(self, ref: str) -> bool:
-        """Whether we deleted `ref` and the caches have not shown it gone yet."""
-        return ref in self.deletes
+    def deleting(self, ref: str, uid: str = "") -> bool:
+        """Whether we deleted `ref` (the object of `uid`, when given) and the caches have not
+        shown it gone yet."""
+        deleted = self.deletes.get(ref)
+        return deleted is not None and (not uid or not deleted[1] or deleted[1] == uid)
 
 
 @dataclass(slots=True, eq=False)

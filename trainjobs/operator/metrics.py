@@ -20,6 +20,7 @@ __all__ = [
            "RECONCILES",
            "RECONCILE_DURATION",
            "REGISTRY",
+           "WANTED_POD_DELETIONS",
            "count_api_error",
 ]
 
@@ -36,6 +37,10 @@ QUEUE_DEPTH = Gauge("trainjobs_work_queue_depth", "Jobs waiting to be reconciled
                     registry=REGISTRY)
 API_ERRORS = Counter("trainjobs_api_errors_total", "Failed API calls by verb and HTTP status "
                      "(0: no response).", ["verb", "code"], registry=REGISTRY)
+WANTED_POD_DELETIONS = Counter(
+    "trainjobs_wanted_pod_deletions_total", "Pods deleted while their job still wanted them "
+    "(live replicas of its current attempt), by the planner's reason: NewAttempt, Rescaled, "
+    "Suspended, Queued.", ["kind", "reason"], registry=REGISTRY)
 GC_PAUSE = Histogram(
     "trainjobs_gc_pause_seconds", "Pauses of the Python garbage collector, by generation "
     "(the event loop waits for each).", ["generation"],

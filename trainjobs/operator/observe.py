@@ -38,7 +38,8 @@ def observed(entries: Iterable[OwnedEntry], mem: JobMemory, desired: RenderedJob
         ref = f"{entry.kind}/{entry.name}"
         if entry.pod is not None:
             pod = entry.pod
-            if ref in deleting and not pod.deleting:
+            if ref in deleting and not pod.deleting and \
+                    mem.expectations.deleting(ref, pod.uid):
                 pod = _replace_deleting(pod)
             pods[entry.name] = pod
         elif entry.kind == "Service" and entry.replica:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainjobs.core.deletions import DeleteReason
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
 from trainjobs.core.render import RenderedJob, replica_counts
 from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 
 from .counts import _lost
 from .inputs import retryable
-from .state import _State
+from .state import _delete_pod, _State
 
 
 def _attempt_of(pod: ObservedPod, current: int) -> int:
@@ -35,6 +36,7 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
     carried = max((p.attempt for p in pods if p.attempt is not None), default=current)
     if carried > current:
         state.attempt = carried + 1
+        state.attempt_cause = f"pods of attempt {carried} exist, later than the status's"
         return
     for pod in sorted(pods, key=lambda p: (not p.disrupted, p.replica_type_lower, p.index)):
         if pod.deleting or pod.phase is not PodPhase.FAILED or pod.name not in desired.pods or \
@@ -44,6 +46,9 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
         if pod.disrupted or retryable(policy, pod):
             state.attempt = current + 1
             state.ends_attempt = pod.name
+            state.attempt_cause = f"pod {pod.name} " + (
+                f"was disrupted: {pod.disruption}" if pod.disrupted else
+                f"failed with exit code {pod.exit_code}")
             return
     # A started shard whose pod went without a failure (preempted, evicted, deleted by
     # someone else) breaks the group as surely: counted as lost, then a new attempt.
@@ -62,30 +67,36 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
                 "the operator)"
             _lost(state, replica, name, cause, seen.uid if seen else "")
             state.attempt = current + 1
-    if state.attempt == current and _broken(state, desired, pods, owed):
+            state.attempt_cause = f"replica {replica.type} {replica.index} (pod {name}) " \
+                f"was lost: {cause}"
+    broken = _broken(state, desired, pods, owed) if state.attempt == current else ""
+    if broken:
         state.attempt = current + 1
+        state.attempt_cause = f"attempt {current} is broken: {broken}"
 
 
 def _broken(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod],
-            owed: frozenset[str]) -> bool:
+            owed: frozenset[str]) -> str:
     """Whether the current attempt, some of whose pods exist, lost one before it ran or was
     never completed (an operator restart cut its creates off), or must change its replica
-    counts: in each case some of its pods would be created again beside the others."""
+    counts: in each case some of its pods would be created again beside the others. Said in
+    words ("" when it is not broken)."""
     current = state.job.status.attempt
     mine = {p.name: p for p in pods
             if p.name in desired.pods and _attempt_of(p, current) == current}
     if not mine:
-        return False  # a fresh attempt: nothing of it exists yet
+        return ""  # a fresh attempt: nothing of it exists yet
     counts = replica_counts(state.job)
     for name, replica in desired.replicas.items():
         pod = mine.get(name)
         if pod is None and name not in owed and \
                 replica.index not in state.completed[replica.type]:
-            return True
-        if pod is not None and (pod.deleting or (pod.replicas_rendered and
-                                pod.replicas_rendered != counts)):
-            return True
-    return False
+            return f"pod {name} is missing and not owed by this operator"
+        if pod is not None and pod.deleting:
+            return f"pod {name} is being deleted"
+        if pod is not None and pod.replicas_rendered and pod.replicas_rendered != counts:
+            return f"pod {name} was rendered for other replica counts"
+    return ""
 
 
 def _earlier_alive(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -> bool:
@@ -118,5 +129,6 @@ def _stale(state: _State, pod: ObservedPod) -> bool:
 def _restart_with_attempt(state: _State, replica: Replica, pod: ObservedPod) -> ReplicaOutcome:
     state.started[replica.type].discard(replica.index)
     state.restarting = True
-    state.plan.delete_pods.append(pod.name)
+    _delete_pod(state, pod, DeleteReason.NEW_ATTEMPT,
+                f"attempt {state.attempt} begins: {state.attempt_cause}")
     return ReplicaOutcome(replica, ReplicaPhase.PENDING)

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainjobs.api.models import JobStatus, RestartPolicy
 from trainjobs.core.admission import Admission
+from trainjobs.core.deletions import PodDeletion
 from trainjobs.core.observed import GonePod, ObservedPod
 
 
@@ -70,6 +71,8 @@ class Plan:
     # or once its creates are no longer held, and those it still owes (`PlanInputs.owed` of
     # the next pass, less the pods it has seen by then).
     owe: frozenset[str] = frozenset()
+    # Why each pod of `delete_pods` goes (pods a plugin added for the replicas: not listed).
+    deletions: dict[str, PodDeletion] = field(default_factory=dict)
 
     @property
     def actions(self) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 
 from trainjobs.api.models import ConditionType, Job, JobStatus, RestartPolicy
 from trainjobs.core.admission import Admission, PodSetConflict, merge_into_pod
+from trainjobs.core.deletions import DeleteReason
 from trainjobs.core.observed import UNRUNNABLE_REASONS, ObservedPod, PodPhase, loss_reason
 from trainjobs.core.render import RenderedJob, replica_counts
 from trainjobs.core.status import current_condition, whole_seconds
@@ -23,6 +24,7 @@ from .state import (
     _after,
     _clear_exclusive,
     _conclude,
+    _delete_pod,
     _ensure_condition,
     _requeue,
     _set_exclusive,
@@ -94,7 +96,8 @@ def _run(
     if admission is not None:
         _admitted(state, desired, admission)
     # Pods whose replica no longer exists (scaled down, or a type removed): delete them.
-    _sweep(state, pods, settings, lambda pod: pod.name not in desired.pods)
+    _sweep(state, pods, settings, lambda pod: pod.name not in desired.pods,
+           DeleteReason.SCALED_DOWN)
     for name in desired.services:
         if name not in inputs.services:
             state.plan.create_services.append(desired.services[name])
@@ -216,7 +219,8 @@ def _rescale(state: _State, desired: RenderedJob, pods: Sequence[ObservedPod]) -
         return
     _forget_indexes(state)
     state.rescaled = sorted(p.name for p in stale)
-    state.plan.delete_pods.extend(state.rescaled)
+    for pod in sorted(stale, key=lambda p: p.name):
+        _delete_pod(state, pod, DeleteReason.RESCALED, f"replica counts changed to {counts}")
     state.plan.events.append(Event(
         "Normal", "JobRescaled", f"replica counts changed to {counts}: recreating "
         f"{len(stale)} pod{'s' if len(stale) != 1 else ''} rendered for other counts"))
@@ -299,7 +303,7 @@ def _failed(
                   reason=loss_reason(pod.disruption or pod.reason))
         state.counting.add(pod.uid)
         state.disrupted = True
-        state.plan.delete_pods.append(pod.name)
+        _delete_pod(state, pod, DeleteReason.DISRUPTED, pod.disruption)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
     if not retryable(policy, pod):
         state.failure = ("ReplicaFailed", f"{what}; restartPolicy {policy.value}"
@@ -315,7 +319,7 @@ def _failed(
                                        f"{what}; restarting it"))
     state.counting.add(pod.uid)
     state.restarting = True
-    state.plan.delete_pods.append(pod.name)
+    _delete_pod(state, pod, DeleteReason.FAILED, what)
     return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
 
 

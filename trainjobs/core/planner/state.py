@@ -16,7 +16,8 @@ from trainjobs.api.models import (
     OwnedObjectStatus,
     ReplicaStatus,
 )
-from trainjobs.core.observed import GonePod
+from trainjobs.core.deletions import DeleteReason, deletion
+from trainjobs.core.observed import GonePod, ObservedPod
 from trainjobs.core.status import set_exclusive, state_of, whole_seconds
 
 from .inputs import KindRules, Plan
@@ -81,6 +82,7 @@ class _State:
     # ends the previous one (None: no new attempt this pass).
     attempt: int | None = None
     ends_attempt: str | None = None
+    attempt_cause: str = ""  # why that attempt begins, in words (PodDeletion.detail)
     # Per replicaSpecs key: indexes whose current pod has started / that succeeded (durable
     # in the status), and replicas lost in this pass.
     started: dict[str, set[int]] = field(default_factory=dict)
@@ -141,3 +143,10 @@ def _requeue(plan_: Plan, seconds: float) -> None:
     seconds = max(seconds, 0.0)
     if plan_.requeue_after is None or seconds < plan_.requeue_after:
         plan_.requeue_after = seconds
+
+
+def _delete_pod(state: _State, pod: ObservedPod, reason: DeleteReason, detail: str = ""
+                ) -> None:
+    """Delete `pod`, saying why (`Plan.deletions`)."""
+    state.plan.delete_pods.append(pod.name)
+    state.plan.deletions[pod.name] = deletion(pod, reason, state.job.status.attempt, detail)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from trainjobs.api.models import CleanPodPolicy, ConditionType
 from trainjobs.core.admission import Admission
+from trainjobs.core.deletions import DeleteReason
 from trainjobs.core.observed import ObservedPod
 from trainjobs.core.status import current_condition
 
@@ -22,7 +23,7 @@ def _finish(state: _State, inputs: PlanInputs, settings: PlannerSettings) -> Non
     job, plan_, pods = state.job, state.plan, inputs.pods
     policy = job.spec.run_policy.clean_pod_policy
     _sweep(state, pods, settings, lambda pod: policy is CleanPodPolicy.ALL or
-           (policy is CleanPodPolicy.RUNNING and pod.active))
+           (policy is CleanPodPolicy.RUNNING and pod.active), DeleteReason.FINISHED)
     if policy is not CleanPodPolicy.NONE:
         # A replica's Service goes with its pod, and so does one whose pod is already going or
         # gone (its first delete failed, or someone else deleted the pod): a finished job's
@@ -66,7 +67,7 @@ def _suspend(state: _State, inputs: PlanInputs, settings: PlannerSettings) -> No
     if state.kind.restart_together and \
             current_condition(job.status) is not ConditionType.SUSPENDED:
         state.status.attempt = job.status.attempt + 1
-    _stop_replicas(state, inputs, settings)
+    _stop_replicas(state, inputs, settings, DeleteReason.SUSPENDED)
     reason, message = _suspend_words(state, "Suspended", "JobSuspended",
                                      f"{job.kind} {job.name} is suspended")
     if current_condition(job.status) is not ConditionType.SUSPENDED:
@@ -91,7 +92,7 @@ def _queue(state: _State, inputs: PlanInputs, admission: Admission,
     live = [p for p in inputs.pods if not p.deleting]
     if state.kind.restart_together and live:
         state.status.attempt = job.status.attempt + 1  # the rendezvous is stale
-    _stop_replicas(state, inputs, settings)
+    _stop_replicas(state, inputs, settings, DeleteReason.QUEUED)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")
     eviction = admission.eviction
@@ -107,10 +108,11 @@ def _queue(state: _State, inputs: PlanInputs, admission: Admission,
     _idle(state, inputs.pods, ConditionType.QUEUED, reason, message)
 
 
-def _stop_replicas(state: _State, inputs: PlanInputs, settings: PlannerSettings) -> None:
+def _stop_replicas(state: _State, inputs: PlanInputs, settings: PlannerSettings,
+                   reason: DeleteReason) -> None:
     """No replica may run now (suspended, or not admitted): every pod and Service goes, and
     so does what goes with the replicas; all come back when the job may run again."""
-    _sweep(state, inputs.pods, settings, lambda pod: True)
+    _sweep(state, inputs.pods, settings, lambda pod: True, reason)
     state.plan.delete_services.extend(sorted(inputs.services))
     _without_replicas(state, inputs.pods, inputs.extras, settings)
 

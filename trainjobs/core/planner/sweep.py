@@ -7,10 +7,11 @@ from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import timedelta
 
+from trainjobs.core.deletions import DeleteReason
 from trainjobs.core.observed import ObservedPod
 
 from .inputs import PlannerSettings
-from .state import _requeue, _State
+from .state import _delete_pod, _requeue, _State
 
 
 def _finish_unfinished_delete(state: _State, pod: ObservedPod,
@@ -20,13 +21,13 @@ def _finish_unfinished_delete(state: _State, pod: ObservedPod,
         return
     left = settings.unfinished_delete - (state.now - pod.delete_due)
     if left <= timedelta(0):
-        state.plan.delete_pods.append(pod.name)
+        _delete_pod(state, pod, DeleteReason.UNFINISHED_DELETE)
     else:
         _requeue(state.plan, left.total_seconds())
 
 
 def _sweep(state: _State, pods: Sequence[ObservedPod], settings: PlannerSettings,
-           goes: Callable[[ObservedPod], bool]) -> None:
+           goes: Callable[[ObservedPod], bool], reason: DeleteReason) -> None:
     """The one pass over the job's pods for what every path deletes: a pod whose deletion
     was cut off half-way is deleted again (`_finish_unfinished_delete`), any other pod being
     deleted is left to go, and a pod that is not is deleted when `goes(pod)` (a scaled-down
@@ -35,7 +36,7 @@ def _sweep(state: _State, pods: Sequence[ObservedPod], settings: PlannerSettings
         if pod.deleting:
             _finish_unfinished_delete(state, pod, settings)
         elif goes(pod):
-            state.plan.delete_pods.append(pod.name)
+            _delete_pod(state, pod, reason)
 
 
 def _without_replicas(state: _State, pods: Sequence[ObservedPod], extras: AbstractSet[str],

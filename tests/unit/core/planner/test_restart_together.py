@@ -8,6 +8,7 @@ from tests.unit.core.planner.test_planner import running_world as running
 from tests.unit.helpers import env_values
 from tests.unit.planner_helpers import World, c2_doc, mx_doc
 from trainjobs.api.models import ConditionType
+from trainjobs.core.deletions import DeleteReason, PodDeletion
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
 
 WORKERS = ["c2-worker-0", "c2-worker-1", "c2-worker-2"]
@@ -252,3 +253,26 @@ def test_pods_of_a_later_attempt_than_the_status_make_the_next_one_fresh() -> No
     assert w.status.attempt == 5
     w.settle()
     assert attempts(w) == dict.fromkeys(["c2-worker-0", "c2-worker-1"], 5)
+
+
+def test_the_plan_says_why_each_pod_goes() -> None:
+    """Issue 36: every deletion carries its reason; the live peers of the attempt that ends
+    are pods the job still wanted, deleted because the next attempt begins, and why it does."""
+    w = running(c2_doc(workers=3, restart="OnFailure"))
+    w.fail("c2-worker-1", exit_code=137)
+    why = w.step().deletions
+    assert (why["c2-worker-1"].reason, why["c2-worker-1"].wanted) == (DeleteReason.FAILED, False)
+    for name in ("c2-worker-0", "c2-worker-2"):
+        assert why[name] == PodDeletion(DeleteReason.NEW_ATTEMPT, "attempt 1 begins: pod "
+                                        "c2-worker-1 failed with exit code 137", wanted=True)
+
+
+def test_a_broken_attempt_says_what_broke_it() -> None:
+    w = World.of(c2_doc(workers=3))
+    w.step()  # created, still Pending: no index has started
+    w.set("c2-worker-2", deleting=True)  # deleted by someone else
+    decision = w.step()
+    assert sorted(decision.delete_pods) == ["c2-worker-0", "c2-worker-1"]
+    assert {decision.deletions[n].detail for n in decision.delete_pods} == {
+        "attempt 1 begins: attempt 0 is broken: pod c2-worker-2 is being deleted"}
+    assert all(decision.deletions[n].wanted for n in decision.delete_pods)

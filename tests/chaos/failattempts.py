@@ -1,9 +1,11 @@
-"""Shards that fail once: the pod of a chosen shard ends with exit 137 the first time it runs
-(attempt 0), so its Caffe2Job restarts every shard together into attempt 1, which succeeds.
+"""Shards that fail in consecutive attempts: the pod of a chosen shard ends with exit 137 in
+the first N attempts it runs in, so its Caffe2Job restarts every shard together N times (each
+a new attempt), then succeeds. N 1 is the storm's first shape (issue 29); N up to 3 is issue
+36's: a failure while the operator restarts, again and again.
 
 Why from the test: a pod template is the same for every attempt, and KWOK's annotations say
 how every run of it ends; only a writer that sees the attempt can fail the first one alone.
-The pod watch hands each pod it sees to :meth:`FailOnce.consider`; a thread of its own
+The pod watch hands each pod it sees to :meth:`FailAttempts.consider`; a thread of its own
 annotates the chosen Running pods (KWOK ends a pod at once when its run-duration is 0s). The
 PATCH carries the pod's uid, so it can never reach a later pod of the same name.
 """
@@ -22,22 +24,24 @@ from trainjobs.testing import EXIT_CODE_ANNOTATION, RUN_DURATION_ANNOTATION, Con
 ATTEMPT = "trainjobs.io/attempt"
 
 
-class FailOnce:
-    """Ends the pods named in ``targets`` with exit 137 while they run their attempt 0."""
+class FailAttempts:
+    """Ends the pods named in ``targets`` with exit 137 while they run, in the first
+    ``targets[name]`` attempts they run in."""
 
-    def __init__(self, plane: ControlPlane, namespace: str, targets: set[str]) -> None:
+    def __init__(self, plane: ControlPlane, namespace: str, targets: dict[str, int]) -> None:
         self.namespace = namespace
-        self.targets = set(targets)
-        self.failed: dict[str, str] = {}  # pod name -> the uid failed
+        self.targets = dict(targets)
+        self.failed: dict[str, list[str]] = {}  # pod name -> the uids failed
         self.errors: list[str] = []
         self._queued: set[str] = set()
+        self._attempts: dict[str, set[str]] = {}  # pod name -> the attempts chosen to fail
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
         self._context.load_cert_chain(str(plane.pki.admin_cert), str(plane.pki.admin_key))
         self._port = plane.ports["kube-apiserver"]
 
-    def __enter__(self) -> FailOnce:
+    def __enter__(self) -> FailAttempts:
         self._thread.start()
         return self
 
@@ -49,11 +53,19 @@ class FailOnce:
         """Called by the pod watch with every pod it sees (quick: it only queues)."""
         meta = pod.get("metadata") or {}
         name, uid = str(meta.get("name")), str(meta.get("uid"))
+        attempt = (meta.get("annotations") or {}).get(ATTEMPT)
+        chosen = self._attempts.setdefault(name, set())
         if (name in self.targets and uid not in self._queued and not meta.get("deletionTimestamp")
-                and (meta.get("annotations") or {}).get(ATTEMPT) == "0"
+                and attempt is not None and attempt not in chosen
+                and len(chosen) < self.targets[name]
                 and (pod.get("status") or {}).get("phase") == "Running"):
+            chosen.add(attempt)
             self._queued.add(uid)
             self._queue.put((name, uid))
+
+    def injected(self) -> int:
+        """The failures made (PATCHes answered 200)."""
+        return sum(len(uids) for uids in self.failed.values())
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -70,7 +82,7 @@ class FailOnce:
                 resp = conn.getresponse()
                 body = resp.read()
                 if resp.status == 200:
-                    self.failed[name] = uid
+                    self.failed.setdefault(name, []).append(uid)
                 else:  # gone already, or (uid differs) its successor: not ours to fail
                     self.errors.append(f"{name}: {resp.status} {body[:160]!r}")
             except (OSError, http.client.HTTPException) as exc:
