@@ -26,7 +26,6 @@ __all__ = ["Backoff", "Informer"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Key = tuple[str, str]  # (namespace, name)
-Handler = Callable[[str, Key, "Any | None", "Any | None"], None]
 
 
 #: Seconds of event handling after which an informer lets the event loop run other tasks.
