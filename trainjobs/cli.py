@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainjobs.errors import ProgramMissing, SpecInvalid, TrainjobsError
+from trainjobs.errors import PluginRefused, ProgramMissing, SpecInvalid, TrainjobsError
 from trainjobs.yamlio import dump_all, ignored_note
 
 __all__ = ["main"]
@@ -155,6 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except SpecInvalid as exc:
         print(f"error: {exc.summary()}", file=sys.stderr)
+        return EXIT_INVALID
+    except PluginRefused as exc:  # an installed plugin cannot work: nothing ran
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except ProgramMissing as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 __all__ = [
     "PermanentError",
     "PluginError",
+    "PluginRefused",
     "ProgramMissing",
     "SpecError",
     "SpecInvalid",
@@ -58,6 +59,13 @@ class ProgramMissing(TrainjobsError):
 
 class PluginError(TrainjobsError):
     """A plugin failed to load, declared something inconsistent, or broke a hook's contract."""
+
+
+class PluginRefused(PluginError):
+    """A plugin was refused while the plugins loaded (it failed to import, misnamed a hook or
+    an argument, asked for a hook option the core cannot honour, left out a required part,
+    or declared a kind already taken): nothing ran yet. The message is one line naming the
+    plugin and its package; the CLI exits 2 with it, the operator does not start."""
 
 
 class TemporaryError(TrainjobsError):

@@ -25,11 +25,11 @@ from trainjobs.plugin.capabilities import (
     TensorBoard,
     TensorBoardSpec,
 )
+from trainjobs.plugin.cel import CelRule
 from trainjobs.plugin.config import ControllerConfig, config_section
 from trainjobs.plugin.hookspecs import hookimpl
 from trainjobs.plugin.types import (
     Address,
-    CelRule,
     ClusterLayout,
     Framework,
     ObjectStatus,
@@ -42,7 +42,7 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.12"
+PLUGIN_API_VERSION = "1.13"
 
 __all__ = [
     "PLUGIN_API_VERSION",

@@ -4,6 +4,10 @@ Why: every framework hook must ignore jobs of other kinds. This base class imple
 once, calls the subclass's methods only for its own kind, and leaves the subclass three plain
 methods: `validate`, `replica_env` and `succeeded`. A plugin may still implement the raw hooks
 of `trainjobs.plugin.hookspecs` instead; the core sees no difference.
+
+`framework`, `replica_env` and `succeeded` are required (unless the subclass implements the
+hook they serve itself): the plugin manager refuses a subclass without them when it loads
+(`missing_parts`), rather than at the first job's rendering.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from trainjobs.errors import SpecError
 from trainjobs.plugin.hookspecs import hookimpl
 from trainjobs.plugin.types import Framework, RenderContext, Replica, ReplicaEnv, ReplicaOutcome
 
-__all__ = ["FrameworkPlugin"]
+__all__ = ["FrameworkPlugin", "missing_parts"]
 
 
 class FrameworkPlugin:
@@ -57,3 +61,29 @@ class FrameworkPlugin:
         self, job: Job, framework: Framework, outcomes: Sequence[ReplicaOutcome]
     ) -> bool | None:
         return self.succeeded(job, outcomes) if job.kind == self.framework.kind else None
+
+
+# What a subclass must define: each method with the hook that calls it (a subclass that
+# implements that hook itself needs no method).
+_REQUIRED_METHODS = {"replica_env": "trainjobs_replica_env",
+                     "succeeded": "trainjobs_job_succeeded"}
+
+# The hooks of FrameworkPlugin that read `framework`.
+_FRAMEWORK_HOOKS = ("trainjobs_frameworks", "trainjobs_validate", "trainjobs_replica_env",
+                    "trainjobs_job_succeeded")
+
+
+def missing_parts(plugin: FrameworkPlugin) -> list[str]:
+    """What `plugin`'s class leaves undefined that `FrameworkPlugin` needs, as the plugin
+    author would name it (empty when complete)."""
+    cls = type(plugin)
+    inherited = [hook for hook in _FRAMEWORK_HOOKS
+                 if getattr(cls, hook) is getattr(FrameworkPlugin, hook)]
+    missing = []
+    if inherited and not isinstance(getattr(plugin, "framework", None), Framework):
+        missing.append("framework (a Framework)")
+    for method, hook in _REQUIRED_METHODS.items():
+        if getattr(cls, method) is getattr(FrameworkPlugin, method) and \
+                getattr(cls, hook) is getattr(FrameworkPlugin, hook):
+            missing.append(f"{method}()")
+    return missing

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trainjobs.api.models import Job, SpecModel
-from trainjobs.plugin.types import CelRule
+from trainjobs.plugin.cel import CelRule
 
 __all__ = ["Capability", "ParameterServers", "RedisRendezvous", "TensorBoard",
            "TensorBoardSpec"]

@@ -5,6 +5,12 @@ so the MXNet, TensorFlow and Caffe2 plugins load exactly the way a pip-installed
 `TRAINJOBS_DISABLE_PLUGIN_AUTOLOAD=1` to load only the plugins shipped with trainjobs (like
 pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD), or `TRAINJOBS_DISABLE_PLUGINS=a,b` to block some by
 entry-point name.
+
+Every hook is called through pluggy, so `tryfirst`, `trylast`, `wrapper=True` and
+`hookwrapper=True` work as pluggy documents. One exception, refused when the plugin loads: a
+wrapper of `trainjobs_frameworks`, which the core calls for each plugin alone (to know whose
+kinds they are), so a wrapper there could never see another plugin's answer. A
+`FrameworkPlugin` subclass that leaves out a part it needs is refused when it loads too.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from typing import Any
 import pluggy
 
 from trainjobs.api.models import Job
-from trainjobs.errors import PluginError, SpecError
+from trainjobs.errors import PluginError, PluginRefused, SpecError
 from trainjobs.plugin import hookspecs
+from trainjobs.plugin.base import FrameworkPlugin, missing_parts
 from trainjobs.plugin.types import (
     Framework,
     ObjectStatus,
@@ -42,6 +49,12 @@ ENABLE_PLUGINS_ENV = "TRAINJOBS_ENABLE_PLUGINS"
 # --enable-plugins): the Kubeflow compatibility kinds take over kubeflow.org's TFJob and
 # MXJob, which must not happen on a cluster that runs Kubeflow's training-operator.
 OPT_IN_PLUGINS = frozenset({"kubeflow"})
+# The hooks whose implementations edit one document in place (a pod, a Service, a status):
+# they run in load order, each seeing the edits of those before it.
+EDIT_HOOKS = frozenset({"trainjobs_adjust_pod", "trainjobs_adjust_service",
+                        "trainjobs_adjust_status"})
+# The hooks the core calls for one plugin at a time: no wrapper there.
+PER_PLUGIN_HOOKS = frozenset({"trainjobs_frameworks"})
 
 
 @dataclass(frozen=True)
@@ -60,44 +73,98 @@ class LoadedPlugin:
 
 
 class PluginManager:
-    """The registered plugins, with one typed method per hook."""
+    """The registered plugins, with one typed method per hook.
+
+    pluggy calls the implementations of a hook from the last registered to the first (after
+    `tryfirst` ones, before `trylast` ones, inside the wrappers). Two pluggy managers hold the
+    same plugins so that both orders the plugin contract promises come from pluggy itself:
+    `_pm` has them in load order, so the collecting and `firstresult` hooks hear the last
+    loaded first, as they always have; `_edits` has those implementing an edit hook
+    (`EDIT_HOOKS`) in reverse, so that pluggy runs their edits in load order.
+    """
 
     def __init__(self) -> None:
-        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
-        self._pm.add_hookspecs(hookspecs)
+        self._pm = _pluggy_manager()
+        self._edits = _pluggy_manager()
         self.plugins: list[LoadedPlugin] = []
         self._frameworks: dict[str, Framework] = {}
 
     # Loading ------------------------------------------------------------------------------
 
     def register(self, plugin: object, info: LoadedPlugin) -> None:
-        """Register one plugin object (a module or an instance) and read its frameworks."""
-        try:
-            self._pm.register(plugin, name=info.name)
-            self._pm.check_pending()
-        except (ValueError, pluggy.PluginValidationError) as exc:
-            if self._pm.has_plugin(info.name):
-                self._pm.unregister(name=info.name)
-            raise PluginError(f"plugin {info.name!r} from {info.package}: {exc}") from exc
-        impl = getattr(plugin, "trainjobs_frameworks", None)
-        declared: Sequence[Framework] = impl() if callable(impl) else ()
-        for framework in declared:
-            self._add_framework(replace(framework, package=info.package), info)
-        self.plugins.append(replace(info, kinds=tuple(f.kind for f in declared)))
+        """Register one plugin object (a module or an instance) and read its frameworks.
 
-    def _add_framework(self, framework: Framework, info: LoadedPlugin) -> None:
-        for other in self._frameworks.values():
+        A plugin that cannot work is refused with a one-line `PluginRefused` naming it and its
+        package, and leaves the manager as it was.
+        """
+        registered = False
+        try:
+            if isinstance(plugin, FrameworkPlugin) and (missing := missing_parts(plugin)):
+                raise _Refusal(f"{type(plugin).__name__} (a FrameworkPlugin) does not define "
+                               f"{', '.join(missing)}")
+            self._pm.register(plugin, name=info.name)
+            registered = True
+            self._pm.check_pending()
+            self._check_options(plugin)
+            declared = [replace(f, package=info.package) for f in self._declared(plugin)]
+            for framework in declared:
+                self._check_names(framework, declared)
+        except (ValueError, pluggy.PluginValidationError, _Refusal) as exc:
+            if registered:
+                self._pm.unregister(plugin)
+            raise PluginRefused(
+                f"plugin {info.name!r} from {info.package}: {_one_line(exc)}") from exc
+        self._frameworks.update((f.kind, f) for f in declared)
+        self.plugins.append(replace(info, kinds=tuple(f.kind for f in declared)))
+        if EDIT_HOOKS & self._hooks_of(plugin):
+            self._edits = self._edit_manager()
+
+    def _hooks_of(self, plugin: object) -> set[str]:
+        return {caller.name for caller in self._pm.get_hookcallers(plugin) or ()}
+
+    def _check_options(self, plugin: object) -> None:
+        for caller in self._pm.get_hookcallers(plugin) or ():
+            if caller.name not in PER_PLUGIN_HOOKS:
+                continue
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper):
+                    raise _Refusal(
+                        f"{caller.name} cannot be a wrapper: the core calls it for each "
+                        f"plugin alone, so a wrapper would never see another plugin's answer")
+
+    def _declared(self, plugin: object) -> list[Framework]:
+        """The kinds `plugin` declares, from its own `trainjobs_frameworks` only."""
+        others = [p for p in self._pm.get_plugins() if p is not plugin]
+        hook = self._pm.subset_hook_caller("trainjobs_frameworks", remove_plugins=others)
+        try:
+            results: list[Sequence[Framework] | None] = hook()
+        except Exception as exc:  # a broken plugin must say which one it is
+            raise _Refusal(f"trainjobs_frameworks raised {type(exc).__name__}: {exc}") from exc
+        declared = [framework for result in results for framework in result or ()]
+        for framework in declared:
+            if not isinstance(framework, Framework):
+                raise _Refusal(f"trainjobs_frameworks returned {framework!r}, not a Framework")
+        return declared
+
+    def _check_names(self, framework: Framework, declared: Sequence[Framework]) -> None:
+        others = [*self._frameworks.values(), *(d for d in declared if d is not framework)]
+        for other in others:
             # Kinds are unique everywhere (jobs are keyed by kind); plural and short names
             # within one API group (Kubeflow's tfjobs beside trainjobs.io's tfjobs is fine).
             names = {framework.plural, *framework.short_names} & {
                 other.plural, *other.short_names} if framework.group == other.group else set()
             clash = ({framework.kind} & {other.kind}) | names
             if clash:
-                raise PluginError(
-                    f"plugin {info.name!r} from {info.package} declares {framework.kind}, "
-                    f"but {sorted(clash)} already belong to {other.kind} from {other.package}"
-                )
-        self._frameworks[framework.kind] = framework
+                raise _Refusal(f"declares {framework.kind}, but {sorted(clash)} already "
+                               f"belong to {other.kind} from {other.package}")
+
+    def _edit_manager(self) -> pluggy.PluginManager:
+        """A pluggy manager with the plugins implementing an edit hook, last loaded first."""
+        edits = _pluggy_manager()
+        for name, plugin in reversed(self._pm.list_name_plugin()):
+            if plugin is not None and EDIT_HOOKS & self._hooks_of(plugin):
+                edits.register(plugin, name=name)
+        return edits
 
     # Frameworks ---------------------------------------------------------------------------
 
@@ -125,16 +192,13 @@ class PluginManager:
     def adjust_pod(
         self, job: Job, replica: Replica, pod: dict[str, Any], ctx: RenderContext
     ) -> None:
-        # pluggy calls the last registered first; run in registration order instead, so the
-        # order of edits is the documented, deterministic load order.
-        for impl in self._pm.hook.trainjobs_adjust_pod.get_hookimpls():
-            impl.function(job=job, replica=replica, pod=pod, ctx=ctx)
+        self._edits.hook.trainjobs_adjust_pod(job=job, replica=replica, pod=pod, ctx=ctx)
 
     def adjust_service(
         self, job: Job, replica: Replica, service: dict[str, Any], ctx: RenderContext
     ) -> None:
-        for impl in self._pm.hook.trainjobs_adjust_service.get_hookimpls():
-            impl.function(job=job, replica=replica, service=service, ctx=ctx)
+        self._edits.hook.trainjobs_adjust_service(job=job, replica=replica, service=service,
+                                                  ctx=ctx)
 
     def extra_objects(self, job: Job, ctx: RenderContext) -> list[dict[str, Any]]:
         objects: list[dict[str, Any]] = []
@@ -176,8 +240,7 @@ class PluginManager:
         self._pm.hook.trainjobs_check_config(controller_config=controller_config)
 
     def adjust_status(self, job: Job, framework: Framework, status: dict[str, Any]) -> None:
-        for impl in self._pm.hook.trainjobs_adjust_status.get_hookimpls():
-            impl.function(job=job, framework=framework, status=status)
+        self._edits.hook.trainjobs_adjust_status(job=job, framework=framework, status=status)
 
     def object_status(self, job: Job, obj: dict[str, Any]) -> ObjectStatus | None:
         status: ObjectStatus | None = self._pm.hook.trainjobs_object_status(job=job, obj=obj)
@@ -185,6 +248,21 @@ class PluginManager:
 
     def hook_names(self) -> list[str]:
         return sorted(name for name in dir(self._pm.hook) if name.startswith("trainjobs_"))
+
+
+class _Refusal(Exception):
+    """Why `PluginManager.register` refuses a plugin (it adds the plugin's name)."""
+
+
+def _pluggy_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of `exc` on one line (pluggy's span several)."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 def _entry_points() -> Iterable[metadata.EntryPoint]:
@@ -216,7 +294,7 @@ def load_plugins(extra: Iterable[tuple[object, LoadedPlugin]] = (),
     opted_in = enabled_names(enable)
     unknown = opted_in - OPT_IN_PLUGINS
     if unknown:
-        raise PluginError(f"cannot enable {', '.join(sorted(unknown))}: the plugins that load "
+        raise PluginRefused(f"cannot enable {', '.join(sorted(unknown))}: the plugins that load "
                           f"only when enabled are {', '.join(sorted(OPT_IN_PLUGINS))}")
     found = sorted(
         _entry_points(),
@@ -236,8 +314,8 @@ def load_plugins(extra: Iterable[tuple[object, LoadedPlugin]] = (),
         try:
             plugin = ep.load()
         except Exception as exc:  # a broken third-party plugin must say which one it is
-            raise PluginError(
-                f"plugin {ep.name!r} from {package} failed to import: {exc}") from exc
+            raise PluginRefused(f"plugin {ep.name!r} from {package} failed to import: "
+                                f"{_one_line(exc)}") from exc
         module = plugin.__name__ if isinstance(plugin, ModuleType) else ep.value
         manager.register(plugin, LoadedPlugin(ep.name, module, package, _dist_version(ep)))
     for plugin, info in extra:

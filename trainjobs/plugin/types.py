@@ -11,19 +11,17 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from trainjobs.api.models import GROUP, VERSION, JobSpec, JobStatus
-
-if TYPE_CHECKING:  # capabilities.py imports CelRule from here
-    from trainjobs.plugin.capabilities import Capability
+from trainjobs.plugin.capabilities import Capability
+from trainjobs.plugin.cel import CelRule
 
 V = TypeVar("V")
-C = TypeVar("C", bound="Capability")
+C = TypeVar("C", bound=Capability)
 
 __all__ = [
     "Address",
-    "CelRule",
     "ClusterLayout",
     "Framework",
     "ObjectStatus",
@@ -61,18 +59,6 @@ class ReplicaType:
     def names(self) -> tuple[str, ...]:
         """The canonical name and every alias, as they may appear as replicaSpecs keys."""
         return (self.name, *self.aliases)
-
-
-@dataclass(frozen=True)
-class CelRule:
-    """A validation rule for the kind's CRD, in CEL, with `self` the whole object.
-
-    For what a plugin's `validate` refuses and a rule can express, so that `kubectl apply`
-    refuses it too (the API server's message is `message`).
-    """
-
-    rule: str
-    message: str
 
 
 @dataclass(frozen=True)
