@@ -20,6 +20,7 @@ from typing import Any
 import pluggy
 import pytest
 
+from tests.unit.helpers import builtin_plugins, mxjob
 from trainjobs.api.models import Job
 from trainjobs.core.render import render_job
 from trainjobs.core.validation import parse_job
@@ -41,8 +42,6 @@ from trainjobs.plugin.types import (
     ReplicaOutcome,
     ReplicaPhase,
 )
-
-from .helpers import builtin_plugins, mxjob
 
 ORDER = "example.com/order"
 
