@@ -25,6 +25,10 @@ async def test_the_probe_counts_tls_connections_and_their_buffers() -> None:
     assert abs(grown - expected) < 1e-9, (grown, expected)
     assert after["pymalloc"]["in_use_mb"] > 0 and after["pymalloc"]["arenas"] > 0
     assert after["rss_mb"] > 0 and after["tracked_objects"] > len(held)
+    # Each protocol made its app transport: closed here, or collecting it later (in whatever
+    # test runs a full collection next, e.g. test_gcfreeze's) warns "unclosed transport".
+    for protocol in held:
+        protocol._app_transport.close()
     del held
 
 
