@@ -221,8 +221,10 @@ def test_flavor_node_labels_and_tolerations_land_on_the_pods(queue: Queue) -> No
         assert {"key": "pool", "operator": "Equal", "value": queue.flavor,
                 "effect": "NoSchedule"} in pod["spec"]["tolerations"]
         assert pod["spec"]["nodeName"] in queue.nodes, pod["spec"].get("nodeName")
-    for pod in pods:
-        ns.end_pod(pod["metadata"]["name"])
+    # Worker 1 first: ending worker 0 first makes the job succeed at once, and its
+    # cleanPodPolicy deleted worker 1 before the test could end it (kubectl: NotFound).
+    for name in ("placed-worker-1", "placed-worker-0"):
+        ns.end_pod(name)
     status = ns.wait_finished("TfJob", "placed", timeout=60)
     assert status["state"] == "Succeeded", status
     assert not queue.operator.problems()
