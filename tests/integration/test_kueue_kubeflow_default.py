@@ -81,7 +81,10 @@ class Queue:
             "create", "-o", "json", "-f", "-", input=json.dumps({
                 "apiVersion": "kubeflow.org/v1", "kind": kind,
                 "metadata": {"name": name, "labels": {QUEUE_LABEL: "queue"}},
-                "spec": {field: specs}})).stdout)
+                # cleanPodPolicy None: the test counts every pod when the job has Succeeded;
+                # with the default (Running) a replica still running then, such as an MXJob's
+                # Scheduler (ps-lite's never exits), is deleted, or not, as the race goes.
+                "spec": {field: specs, "runPolicy": {"cleanPodPolicy": "None"}}})).stdout)
         return created
 
     def status(self, kind: str, name: str) -> dict[str, Any]:
