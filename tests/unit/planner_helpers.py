@@ -24,6 +24,7 @@ from trainjobs.core.planner import (
     Plan,
     PlanInputs,
     PlannerSettings,
+    ProgressSeen,
     plan,
 )
 from trainjobs.core.render import (
@@ -112,6 +113,7 @@ class World:
     lost_causes: dict[str, GonePod] = field(default_factory=dict)  # what the backend saw go
     owed: frozenset[str] = frozenset()  # pods the backend decided to create, not yet seen
     admission: Admission | None = None  # what Kueue decided (None: not queued)
+    progress: ProgressSeen | None = None  # what the replicas reported (None: nothing)
 
     def __post_init__(self) -> None:
         self.framework = framework_of(self.job.kind, self.plugins)
@@ -130,7 +132,7 @@ class World:
         lost_causes, self.lost_causes = self.lost_causes, {}
         inputs = PlanInputs(list(self.pods.values()), set(self.services), set(self.extras),
                             lost_causes, owed=self.owed, admission=self.admission,
-                            now=self.now)
+                            progress=self.progress, now=self.now)
         return plan(job, self.desired, inputs,
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
                     settings=self.settings,

@@ -35,6 +35,7 @@ __all__ = [
     "ManagedBy",
     "ObjectMeta",
     "OwnedObjectStatus",
+    "ProgressDeadlineAction",
     "ReplicaSpec",
     "ReplicaStatus",
     "RestartPolicy",
@@ -111,6 +112,16 @@ class CleanPodPolicy(StrEnum):
     NONE = "None"
     RUNNING = "Running"
     ALL = "All"
+
+
+class ProgressDeadlineAction(StrEnum):
+    """What a stall (no progress for `progressDeadlineSeconds`) does besides the Stalled
+    condition and its Event: nothing more, a new start of every replica (counted against
+    backoffLimit like a retryable failure), or the job's failure."""
+
+    REPORT = "Report"
+    RESTART = "Restart"
+    FAIL = "Fail"
 
 
 class ElasticPolicy(SpecModel):
@@ -200,6 +211,18 @@ class RunPolicy(SpecModel):
     suspend: bool = Field(
         default=False, strict=True, description="true: delete pods, keep the job."
     )
+    progress_deadline_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_DURATION_SECONDS, strict=True,
+        description="A Running job whose reported training step has not advanced for this "
+                    "long is Stalled (condition and Event; see progressDeadlineAction). Unset: "
+                    "never called stalled. Progress comes from trainjobs_progress reports.",
+    )
+    progress_deadline_action: ProgressDeadlineAction | None = Field(
+        default=None,
+        description="What a stall does: Report (the condition and Event only; the default), "
+                    "Restart (every replica starts again, counted against backoffLimit), "
+                    "Fail (the job fails with reason ProgressDeadlineExceeded).",
+    )
     scheduling_policy: SchedulingPolicy | None = None
 
 
@@ -232,6 +255,9 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     # Waiting for a queueing system (Kueue) to admit it, or evicted by it.
     QUEUED = "Queued"
+    # Not exclusive: a Running job whose progress has not advanced for
+    # runPolicy.progressDeadlineSeconds (True), or no longer (False, with why).
+    STALLED = "Stalled"
 
 
 class StatusModel(SpecModel):

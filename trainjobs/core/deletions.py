@@ -29,6 +29,7 @@ class DeleteReason(StrEnum):
     SCALED_DOWN = "ScaledDown"  # its replica is no longer in the spec
     FINISHED = "Finished"  # the job ended: cleanPodPolicy
     UNFINISHED_DELETE = "UnfinishedDelete"  # a zero-grace deletion cut off half-way
+    STALLED = "Stalled"  # no progress for progressDeadlineSeconds: every replica restarts
 
 
 #: Reasons that never concern a pod the job still wants (it has ended, or its replica has).

@@ -218,6 +218,10 @@ class ProgressBoard:
         self.namespace, self.job, self.uid = namespace, job, uid
         self.replicas: dict[str, ReplicaProgress] = {}
         self.reports = 0
+        # When training last moved (monotonic): a replica's step went up, or a replica's
+        # process reported for the first time (a restart starts wherever its program does).
+        # The stall rule (core/planner/stall.py) measures from it.
+        self.last_advance: float | None = None
 
     def apply(self, report: ProgressReport, now: float) -> None:
         """Take `report` (received at monotonic `now`) or raise `ReportRefused`."""
@@ -230,6 +234,8 @@ class ProgressBoard:
             if report.step < current.step:
                 raise ReportRefused(409, f"step went backwards: {report.step} after "
                                          f"{current.step} from {report.replica}")
+            if report.step > current.step:
+                self.last_advance = now
             current.step, current.total, current.epoch = report.step, report.total, \
                 report.epoch
             current.metrics, current.at = dict(report.metrics), now
@@ -237,6 +243,7 @@ class ProgressBoard:
             current = self.replicas[report.replica] = ReplicaProgress(
                 report.session, report.step, report.total, report.epoch,
                 dict(report.metrics), now)
+            self.last_advance = now
         if not current.samples or current.samples[-1][1] != report.step:
             current.samples.append((now, report.step))
         self.reports += 1

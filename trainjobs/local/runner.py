@@ -30,12 +30,13 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from trainjobs.api.models import ConditionType, Job
 from trainjobs.core.observed import PodPhase
-from trainjobs.core.planner import KindRules, Plan, PlanInputs, plan
+from trainjobs.core.planner import KindRules, Plan, PlanInputs, ProgressSeen, plan
 from trainjobs.core.progress import ProgressBoard
 from trainjobs.core.render import RenderedJob, expected_replicas, render_job
 from trainjobs.core.status import current_condition, is_finished
@@ -191,6 +192,22 @@ class LocalRun:
         if view is not None:
             self.console.progress(view)
 
+    def progress_seen(self) -> ProgressSeen | None:
+        """What the replicas reported, as the stall rule reads it (wall-clock times from the
+        receiver's monotonic ones)."""
+        view = self.board.view()
+        if view is None or self.board.last_advance is None:
+            return None
+        now_wall, now = datetime.now(UTC), self.receiver.clock.monotonic()
+
+        def wall(at: float) -> datetime:
+            return now_wall - timedelta(seconds=max(now - at, 0.0))
+
+        return ProgressSeen(last_progress=wall(self.board.last_advance), step=view.step,
+                            replica=view.replica,
+                            last_reports={name: wall(r.at)
+                                          for name, r in self.board.replicas.items()})
+
     async def run(self) -> Job:
         """Reconcile until the job has finished and every process is stopped; the progress
         receiver serves meanwhile."""
@@ -206,7 +223,8 @@ class LocalRun:
         while True:
             pods = [p.observed() for p in self.processes.values()]
             decision = plan(self.job, self.desired,
-                            PlanInputs(pods, self.services, self.extras),
+                            PlanInputs(pods, self.services, self.extras,
+                                       progress=self.progress_seen(), now=datetime.now(UTC)),
                             lambda outcomes: self.plugins.job_succeeded(
                                 self.job, self.framework, outcomes),
                             kind=KindRules(self.framework.replicas_restart_together,

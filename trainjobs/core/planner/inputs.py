@@ -82,6 +82,19 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class ProgressSeen:
+    """What the backend knows of the job's training progress (its replicas' reports):
+    `last_progress`, when the job's furthest step last advanced (None: never reported), that
+    `step` and the `replica` that reported it, and when each reporting replica last reported
+    (`last_reports`, replica name -> time). The stall rule (`stall.py`) reads it."""
+
+    last_progress: datetime | None = None
+    step: int | None = None
+    replica: str = ""
+    last_reports: Mapping[str, datetime] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PlanInputs:
     """What the backend knows of a job besides its spec and rendering: what exists, what it
     saw, and what holds it back. One type, so that a new input (an admission system's
@@ -104,7 +117,8 @@ class PlanInputs:
     restart: the attempt is broken and a fresh one starts (see `_next_attempt`).
     `admission`: what Kueue decided (None: the job is not queued). Not admitted: no replica
     may exist (`_queue`); admitted: the pods get the admission's flavors (`_admitted`).
-    `now`: the backend's clock (default: the system's).
+    `progress`: what the replicas reported of training (None: nothing known; see
+    `ProgressSeen`). `now`: the backend's clock (default: the system's).
     """
 
     pods: Sequence[ObservedPod] = ()
@@ -115,6 +129,7 @@ class PlanInputs:
     creates_held: float = 0.0
     owed: frozenset[str] = frozenset()
     admission: Admission | None = None
+    progress: ProgressSeen | None = None
     now: datetime | None = None
 
 

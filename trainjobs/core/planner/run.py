@@ -19,6 +19,7 @@ from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 from .attempts import _earlier_alive, _hint, _next_attempt, _restart_with_attempt, _stale
 from .counts import _created_reason, _lost, _replica_statuses, _restarts, _summary
 from .inputs import Event, PlanInputs, PlannerSettings, retryable
+from .stall import _count_stall, _stall
 from .state import (
     _NO_REPLICAS,
     _after,
@@ -71,6 +72,14 @@ def _run(
         _next_attempt(state, desired, pods, inputs.owed)
         if state.attempt != old.attempt:
             _forget_indexes(state)  # a new attempt runs every replica again
+    restart_all = _stall(state, pods, inputs.progress)
+    if restart_all and (not restart_together or state.attempt == old.attempt):
+        _count_stall(state, pods, inputs.progress)
+        if restart_together:
+            state.attempt = old.attempt + 1
+            state.attempt_cause = "no progress for progressDeadlineSeconds"
+    else:
+        restart_all = False
     _rescale(state, desired, pods)
     for name in desired.pods:  # (a manifest is read only to create it: see PackedRender)
         replica = desired.replicas[name]
@@ -78,6 +87,10 @@ def _run(
         pod = by_name.get(name)
         if pod is not None and pod.name not in state.rescaled and _stale(state, pod):
             outcomes.append(_restart_with_attempt(state, replica, pod))
+            continue
+        if restart_all and not restart_together and pod is not None and not pod.deleting \
+                and pod.phase is not PodPhase.SUCCEEDED:
+            outcomes.append(_restart_stalled(state, replica, pod))
             continue
         outcomes.append(_outcome(state, replica, pod, policy,
                                  functools.partial(desired.pods.__getitem__, name), settings))
@@ -321,6 +334,16 @@ def _failed(
     state.restarting = True
     _delete_pod(state, pod, DeleteReason.FAILED, what)
     return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
+
+
+def _restart_stalled(state: _State, replica: Replica, pod: ObservedPod) -> ReplicaOutcome:
+    """Every replica that has not succeeded starts again after a stall (replicas that do not
+    restart together): the pod is deleted and recreated on the next pass, as after a
+    retryable failure."""
+    state.started[replica.type].discard(replica.index)
+    state.restarting = True
+    _delete_pod(state, pod, DeleteReason.STALLED, "no progress for progressDeadlineSeconds")
+    return ReplicaOutcome(replica, ReplicaPhase.PENDING)
 
 
 def _last_failure_note(pods: Sequence[ObservedPod], spec_types: Mapping[str, str]) -> str:
