@@ -233,8 +233,7 @@ class Controller:
     async def run(self) -> None:
         """Start the gates, informers and the Event poster, wait for the caches' first lists,
         then reconcile until cancelled."""
-        if not self.gates:
-            await self.start_gates()
+        await self.start_gates()
         tasks = [asyncio.create_task(i.run(), name=repr(i)) for i in self.informers]
         poster = asyncio.create_task(self.events.run(), name="event poster")
         try:

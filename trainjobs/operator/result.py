@@ -34,10 +34,6 @@ class Result:
 
     def merge(self, other: Result) -> Result:
         """Both wishes at once: the sooner look, either back-off, the longer hold."""
-        if other == DONE:
-            return self
-        if self == DONE:
-            return other
         times = [t for t in (self.requeue_after, other.requeue_after) if t is not None]
         return Result(requeue_after=min(times) if times else None,
                       backoff=self.backoff or other.backoff, hold=max(self.hold, other.hold))
