@@ -135,12 +135,14 @@ def _copy_sources(dest: Path) -> tuple[Path, Path]:
         else:
             shutil.copy2(source, trainjobs_src / name)
     shutil.copytree(PLUGIN, plugin_src, ignore=IGNORED)
+    shutil.copytree(REPO / "progress", dest / "trainjobs-progress", ignore=IGNORED)
     return trainjobs_src, plugin_src
 
 
 @pytest.fixture(scope="module")
 def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
-    """trainjobs and trainjobs-pytorch[test], non-editable, in a new venv (uv, cached wheels).
+    """trainjobs, trainjobs-progress (as a training image installs it) and
+    trainjobs-pytorch[test], non-editable, in a new venv (uv, cached wheels).
 
     Built from copies of the sources, so building leaves nothing (build/, *.egg-info) in the
     repository."""
@@ -153,7 +155,8 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
     venv = root / "venv"
     ok(run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], env=env))
     ok(run([uv, "pip", "install", "--python", str(venv / "bin" / "python"),
-            str(trainjobs_src), f"{plugin_src}[test]"], env=env, timeout=900))
+            str(trainjobs_src), str(trainjobs_src.parent / "trainjobs-progress"),
+            f"{plugin_src}[test]"], env=env, timeout=900))
     return FreshVenv(root, venv / "bin", plugin_src, time.monotonic() - started)
 
 
@@ -380,6 +383,12 @@ def test_trainjobs_run_trains_the_example_with_torch_distributed(
         assert r["final_loss"] < r["first_loss"] / 2, r
     checksums = {r["param_checksum"] for r in results}
     assert len(checksums) == 1, f"ranks disagree: {results}"
+    # The plugin's kind got the core's progress contract with no change to the plugin: the
+    # ranks' trainjobs_progress reports reached the run, up to the last step.
+    assert re.search(r"\[trainjobs\] progress: step \d+/30 .*loss=\S+ \[from "
+                     r"pytorch-gloo-(master|worker)-\d\]", out), out[-3000:]
+    assert re.search(r"  progress: step 30/30, \d+ reports, last from pytorch-gloo-", out), \
+        out[-3000:]
     # Each replica's output is kept; the master joined the world at a loopback address.
     (run_dir,) = (tmp_path / "runs").iterdir()
     master_log = (run_dir / "pytorch-gloo-master-0.log").read_text()

@@ -16,7 +16,10 @@ the store on it, and joins ``env://`` as a client, the way torchrun's agent does
 ``env://``. Gloo binds the interface named by GLOO_SOCKET_IFNAME (the plugin sets ``lo``
 locally).
 
-Per step: ``<role> <rank> step N loss X``. At the end: ``TRAINJOBS_RESULT {json}`` with role,
+Per step: ``<role> <rank> step N loss X``, and a progress report to trainjobs (a plain
+``trainjobs_progress.report`` call: the core gives every replica of every kind, this plugin's
+included, the environment it reads; ``pip install trainjobs-progress`` in the image). At the
+end: ``TRAINJOBS_RESULT {json}`` with role,
 rank, index, world_size, first_loss, final_loss and param_checksum (the first 16 hex digits
 of the SHA-256 of the final float32 parameters). Exit 0 on success, 1 on a failure of
 training, 2 for a missing or inconsistent environment.
@@ -38,6 +41,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 import torch.distributed as dist
+import trainjobs_progress
 from torch.nn.parallel import DistributedDataParallel
 
 CONTRACT = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
@@ -141,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.step()
         losses.append(loss.item())
         log(f"{role} {rank} step {step} loss {losses[-1]:.6f}")
+        trainjobs_progress.report(step + 1, total=args.steps, loss=losses[-1])
 
     mine = checksum(model)
     everyone: list[str | None] = [None] * world
