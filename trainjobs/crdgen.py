@@ -355,6 +355,12 @@ def crd_for(framework: Framework) -> dict[str, Any]:
                 "additionalPrinterColumns": [
                     {"name": "State", "type": "string", "jsonPath": ".status.state"},
                     {"name": "Replicas", "type": "string", "jsonPath": ".status.replicaSummary"},
+                    # The training program's own progress (docs/progress.md): step/total
+                    # (percent), and the seconds left at the recent rate.
+                    {"name": "Progress", "type": "string",
+                     "jsonPath": ".status.progress.summary"},
+                    {"name": "ETA", "type": "integer", "jsonPath": ".status.progress.etaSeconds",
+                     "description": "Seconds left at the recent rate of steps."},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                 ],
                 "schema": {"openAPIV3Schema": {

@@ -5,6 +5,7 @@ exit codes (0 Succeeded, 1 Failed, 3 timeout, 4 unreachable, 5 refused), Ctrl-C 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -71,7 +72,40 @@ def test_submit_wait_follows_a_job_to_success(ns: Namespace, tmp_path: Path) -> 
     assert "Worker 0/2 running, 2 succeeded" in status.stdout, status.stdout
     listed = cli(ns, "list")
     assert listed.stdout.split("\n")[1].split()[:3] == ["good", "MxJob", "Succeeded"], listed
+    assert listed.stdout.split("\n")[0].split()[4:6] == ["PROGRESS", "ETA"], listed
+    assert listed.stdout.split("\n")[1].split()[-3:-1] == ["-", "-"], listed  # no report
     assert cli(ns, "wait", "good", "--for", "Succeeded", "--timeout", "5").returncode == 0
+
+
+def test_list_and_status_show_the_reported_progress(ns: Namespace, tmp_path: Path) -> None:
+    """Issue 37.4: status.progress (patched here as the operator's progress gate writes it)
+    in `trainjobs list` and `trainjobs status`; the running operator keeps it through its own
+    status writes."""
+    assert cli(ns, "submit", str(write_job(tmp_path, "prog", None, run="600s"))).returncode == 0
+    wait_for(lambda: ": Running" in cli(ns, "status", "prog").stdout, "prog Running",
+             timeout=60)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    progress = {"step": 1200, "totalSteps": 5000, "percent": 24.0, "etaSeconds": 1900,
+                "summary": "1200/5000 (24%)", "metrics": {"loss": 0.3121},
+                "replica": "prog-worker-0", "lastReportTime": now, "lastProgressTime": now}
+    ns.kubectl("patch", "mxjobs", "prog", "--subresource=status", "--type=merge", "-p",
+               json.dumps({"status": {"progress": progress}}))
+    listed = cli(ns, "list").stdout.splitlines()
+    row = next(line.split() for line in listed if line.startswith("prog "))
+    assert row[-4:-1] == ["1200/5000", "(24%)", "31m40s"], listed
+    status = cli(ns, "status", "prog").stdout
+    assert "progress:\n  step 1200/5000 (24%), ETA 31m40s\n  reported by prog-worker-0" \
+        in status, status
+    assert "  loss=0.3121\n" in status, status
+    # A pod change makes the operator write the status again: the progress stays.
+    ns.kubectl("delete", "pod", "prog-worker-1", "--wait=false")
+    wait_for(lambda: '"lost":1' in ns.kubectl("get", "mxjobs", "prog", "-o",
+                                               "jsonpath={.status.replicaStatuses.Worker}"
+                                               ).stdout.replace(" ", ""),
+             "a lost replica counted", timeout=60)
+    stored = json.loads(ns.kubectl("get", "mxjobs", "prog", "-o", "json").stdout)
+    assert stored["status"]["progress"] == progress
+    ns.kubectl("delete", "mxjobs", "prog", "--wait=false")
 
 
 def test_submit_wait_of_a_failing_job_exits_1_with_the_reason(

@@ -119,6 +119,46 @@ def test_get_trainjobs_lists_a_job_of_every_kind(bare_ns: Namespace) -> None:
     assert len(short) == 3, short
 
 
+def test_get_shows_progress_and_eta_columns_from_the_status(bare_ns: Namespace) -> None:
+    """Issue 37.4: `kubectl get <kind>` shows the status.progress the operator writes (here
+    written directly to the status subresource, as the operator's merge patch does)."""
+    progress = {"step": 1200, "totalSteps": 5000, "percent": 24.0, "etaSeconds": 1900,
+                "summary": "1200/5000 (24%)", "metrics": {"loss": 0.3121},
+                "replica": "p-worker-0", "lastReportTime": "2026-01-01T00:00:00Z",
+                "lastProgressTime": "2026-01-01T00:00:00Z"}
+    for kind, plural in PLURALS.items():
+        name = f"p-{kind.lower()}"
+        bare_ns.apply(valid(kind, name))
+        bare_ns.kubectl("patch", plural, name, "--subresource=status", "--type=merge", "-p",
+                        json.dumps({"status": {"state": "Running", "progress": progress}}))
+        table = bare_ns.kubectl("get", plural, name).stdout.splitlines()
+        header = table[0].split()
+        assert header[:5] == ["NAME", "STATE", "REPLICAS", "PROGRESS", "ETA"], table
+        # (no operator here: REPLICAS is empty)
+        assert table[1].split()[:5] == [name, "Running", "1200/5000", "(24%)", "1900"], table
+        stored = json.loads(bare_ns.kubectl("get", plural, name, "-o", "json").stdout)
+        assert stored["status"]["progress"] == progress
+    # What a newer progress drops is sent as null (operator/status_write.py): the API server
+    # merges key by key, so without the nulls the old ETA and metric would stay.
+    bare_ns.kubectl("patch", "tfjobs", "p-tfjob", "--subresource=status", "--type=merge", "-p",
+                    json.dumps({"status": {"progress": {
+                        "step": 1300, "summary": "1300/5000 (26%)", "etaSeconds": None,
+                        "metrics": {"loss": None, "acc": 0.5}}}}))
+    stored = json.loads(bare_ns.kubectl("get", "tfjobs", "p-tfjob", "-o", "json").stdout)
+    assert "etaSeconds" not in stored["status"]["progress"]
+    assert stored["status"]["progress"]["metrics"] == {"acc": 0.5}
+    row = bare_ns.kubectl("get", "tfjobs", "p-tfjob").stdout.splitlines()[1].split()
+    # (no operator here: REPLICAS is empty, and now ETA too; AGE is last)
+    assert row[:4] == ["p-tfjob", "Running", "1300/5000", "(26%)"] and len(row) == 5, row
+    # A progress the schema refuses (more metrics than the status keeps) is refused.
+    many = {"metrics": {f"m{i}": 1.0 for i in range(17)}, "step": 1}
+    refused = bare_ns.kubectl("patch", "tfjobs", "p-tfjob", "--subresource=status",
+                              "--type=merge", "-p", json.dumps({"status": {"progress": many}}),
+                              check=False)
+    assert refused.returncode != 0 and "must have at most 16 items" in refused.stderr, \
+        refused.stderr
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_example_passes_server_dry_run(bare_ns: Namespace, example: Path) -> None:
     docs = [d for d in yaml.safe_load_all(example.read_text()) if d]

@@ -267,7 +267,10 @@ def test_every_metric_named_exists_in_the_operators_metrics(
     # The dashboard shows what the issue asks for.
     for needed in ("trainjobs_jobs", "trainjobs_reconcile_duration_seconds",
                    "trainjobs_api_errors", "trainjobs_work_queue_depth",
-                   "trainjobs_reconciles", "trainjobs_event_loop_lag_seconds"):
+                   "trainjobs_reconciles", "trainjobs_event_loop_lag_seconds",
+                   # issue 37.4: the jobs' reported progress
+                   "trainjobs_job_progress_ratio", "trainjobs_job_eta_seconds",
+                   "trainjobs_jobs_reporting_progress", "trainjobs_jobs_progress_stalled"):
         assert needed in used, (needed, sorted(used))
 
 

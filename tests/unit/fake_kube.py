@@ -27,6 +27,21 @@ from trainjobs.operator.gates.kueue import WORKLOADS
 Obj = dict[str, Any]
 
 
+def merge_patch(target: Obj, patch: Obj) -> Obj:
+    """`target` with the JSON merge patch `patch` applied (RFC 7386), as the API server does:
+    objects merge key by key, null removes a key, anything else replaces."""
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_patch(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value) if not isinstance(value, dict) else \
+                merge_patch({}, value)
+    return merged
+
+
 @dataclass
 class Call:
     verb: str
@@ -101,13 +116,7 @@ class FakeKube:
         obj = self.objects.get((resource.plural, namespace, name))
         if obj is None:
             raise status_error(404, "NotFound", f"{resource.plural} {name!r} not found")
-        merged = dict(obj.get("status") or {})
-        for key, value in status.items():
-            if value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = copy.deepcopy(value)
-        obj["status"] = merged
+        obj["status"] = merge_patch(obj.get("status") or {}, status)
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
         self._changed("MODIFIED", resource, obj)
         return copy.deepcopy(obj)

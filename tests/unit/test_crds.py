@@ -149,14 +149,24 @@ def test_version_status_and_printer_columns(kind: str) -> None:
     assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["State", "Replicas", "Age"]
+    assert list(columns) == ["State", "Replicas", "Progress", "ETA", "Age"]
     assert columns["State"]["jsonPath"] == ".status.state"
     assert columns["Replicas"]["jsonPath"] == ".status.replicaSummary"
+    assert (columns["Progress"]["type"], columns["Progress"]["jsonPath"]) == (
+        "string", ".status.progress.summary")
+    assert (columns["ETA"]["type"], columns["ETA"]["jsonPath"]) == (
+        "integer", ".status.progress.etaSeconds")
     assert (columns["Age"]["type"], columns["Age"]["jsonPath"]) == (
         "date", ".metadata.creationTimestamp")
     # The columns point at fields the status schema has.
     status = open_api(checked_in(kind))["properties"]["status"]["properties"]
-    assert {"state", "replicaSummary", "conditions", "replicaStatuses"} <= set(status)
+    assert {"state", "replicaSummary", "conditions", "replicaStatuses", "progress"} <= set(status)
+    progress = status["progress"]["properties"]
+    assert {"summary", "etaSeconds", "step", "totalSteps", "percent", "metrics", "replica",
+            "lastReportTime", "lastProgressTime"} <= set(progress)
+    assert progress["etaSeconds"]["type"] == "integer"
+    assert progress["metrics"]["maxProperties"] == 16
+    assert progress["metrics"]["additionalProperties"] == {"type": "number"}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -24,6 +24,7 @@ __all__ = [
     "MANAGED_BY_OPERATOR",
     "MAX_DURATION_SECONDS",
     "MAX_REPLICAS",
+    "MAX_STATUS_METRICS",
     "VERSION",
     "CleanPodPolicy",
     "Condition",
@@ -36,6 +37,7 @@ __all__ = [
     "ObjectMeta",
     "OwnedObjectStatus",
     "ProgressDeadlineAction",
+    "ProgressStatus",
     "ReplicaSpec",
     "ReplicaStatus",
     "RestartPolicy",
@@ -313,6 +315,35 @@ class OwnedObjectStatus(StatusModel):
     message: str = ""
 
 
+#: Most metrics `status.progress` carries (a report may hold 64): the first by name order.
+MAX_STATUS_METRICS = 16
+
+
+class ProgressStatus(StatusModel):
+    """How far the training program says it has got (docs/progress.md): the furthest
+    replica's newest report, written at most once per interval per job."""
+
+    step: int = Field(ge=0, description="The furthest replica's step (only grows per process).")
+    total_steps: int | None = Field(default=None, ge=1, description="Steps in all, if known.")
+    epoch: int | None = Field(default=None, ge=0)
+    percent: float | None = Field(
+        default=None, ge=0, le=100, description="100 * step / totalSteps, to 0.1.")
+    eta_seconds: int | None = Field(
+        default=None, ge=0, description="Seconds left at the recent rate of steps.")
+    summary: str = Field(
+        default="", description="What kubectl's Progress column shows: '1200/5000 (24%)', or "
+                                "'1200' without totalSteps.")
+    metrics: dict[str, float] = Field(
+        default_factory=dict, max_length=MAX_STATUS_METRICS,
+        description=f"The reporting replica's newest metrics: at most {MAX_STATUS_METRICS}, "
+                    "the first by name order.")
+    replica: str = Field(default="", description="The replica (pod) whose report this is.")
+    last_report_time: datetime | None = Field(
+        default=None, description="When the newest report this status shows was received.")
+    last_progress_time: datetime | None = Field(
+        default=None, description="When the step last advanced.")
+
+
 class JobStatus(StatusModel):
     """What the operator reports. `state` is the one condition that is True now."""
 
@@ -338,6 +369,9 @@ class JobStatus(StatusModel):
         description="What objects plugins created for the job report, e.g. a gang scheduler's "
                     "PodGroup: its phase and why it waits.",
     )
+    progress: ProgressStatus | None = Field(
+        default=None, description="The training program's reported progress, "
+                                  "when it reports.")
 
 
 class ObjectMeta(BaseModel):

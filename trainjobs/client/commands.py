@@ -26,6 +26,7 @@ from trainjobs.client.errors import (
     WaitTimeout,
 )
 from trainjobs.client.follow import Display, follow
+from trainjobs.client.progress_text import progress_cells, progress_lines
 from trainjobs.client.views import progress
 from trainjobs.errors import SpecInvalid
 from trainjobs.kube import ApiError
@@ -117,6 +118,11 @@ async def _status(client: AsyncClient, args: argparse.Namespace) -> int:
     message = finish_message(job)
     if message:
         print(f"  {message}")
+    lines = progress_lines(job.status.progress, datetime.now(UTC))
+    if lines:
+        print("progress:")
+        for line in lines:
+            print(f"  {line}")
     print("replicas:")
     for replica in progress(job, pods):
         print(f"  {replica.describe()}")
@@ -148,10 +154,11 @@ async def _print_jobs(client: AsyncClient, jobs: list[Job], namespaces: bool) ->
         return 0
     rows = [((j.namespace,) if namespaces else ()) + (
         j.name, j.kind, j.status.state or "Created", j.status.replica_summary or "-",
+        *progress_cells(j.status.progress),
         _age(j.metadata.creation_timestamp) if j.metadata.creation_timestamp else "?")
         for j in jobs]
     head = (("NAMESPACE",) if namespaces else ()) + ("NAME", "KIND", "STATE", "REPLICAS",
-                                                      "AGE")
+                                                      "PROGRESS", "ETA", "AGE")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     for row in [head, *rows]:
         print("  ".join(f"{c:<{w}}" for c, w in zip(row, widths, strict=True)).rstrip())

@@ -5,7 +5,8 @@ events, then a summary.
 Why three watches merged into one loop: the job's status says what the operator decided, the
 pods say why replicas wait (unschedulable, pulling an image), the events say what happened in
 between; each arrives on its own stream and one display orders them. On a terminal the counts
-are one line redrawn in place; otherwise (CI logs, pipes) each change is a plain line.
+are one line redrawn in place, led by a bar of the program's reported progress
+(`status.progress`); otherwise (CI logs, pipes) each change is a plain line.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from trainjobs.api.models import Job
+from trainjobs.api.models import Job, ProgressStatus
 from trainjobs.client.aio import FINISHED, AsyncClient, finish_message, owned_by
 from trainjobs.client.errors import WaitTimeout
+from trainjobs.client.progress_text import progress_bar, progress_plain
 from trainjobs.client.views import JobEvent, PodInfo, progress, replica_names
 from trainjobs.core.render import LABEL_JOB_NAME
 from trainjobs.kube import EVENTS, PODS
@@ -38,6 +40,8 @@ class Display:
         is_tty = hasattr(stream, "isatty") and stream.isatty()
         self.live = is_tty if live is None else live
         self._progress = ""
+        self._bar = ""  # the program's progress, leading the live line
+        self._reported = ""  # the last plain progress line written
         self._shown = False
 
     def _clear(self) -> None:
@@ -60,15 +64,33 @@ class Display:
         else:
             self.console.note(text)
 
+    def job_progress(self, progress: ProgressStatus | None) -> None:
+        """The program's reported progress: a bar leading the live line on a terminal, a
+        plain line each time it changes otherwise."""
+        if progress is None:
+            return
+        if self.live:
+            bar = progress_bar(progress)
+            if bar != self._bar:
+                self._bar = bar
+                self._clear()
+                self._redraw()
+            return
+        line = f"progress: {progress_plain(progress)}"
+        if line != self._reported:
+            self._reported = line
+            self.console.note(line)
+
     def _redraw(self) -> None:
-        if self.live and self._progress:
-            self.stream.write(self._progress[:200])
+        line = " | ".join(t for t in (self._bar, self._progress) if t)
+        if self.live and line:
+            self.stream.write(line[:200])
             self.stream.flush()
             self._shown = True
 
     def summary(self, job: Job, seconds: float, pods: list[PodInfo], hint: str) -> None:
         self._clear()
-        self._progress = ""
+        self._progress = self._bar = ""
         replicas = [ReplicaSummary(p.replica, p.phase, p.exit_code, p.restarts)
                     for p in sorted(pods, key=lambda p: (p.replica_type, p.index or 0))
                     if p.index is not None]
@@ -139,6 +161,7 @@ async def follow(client: AsyncClient, job: Job, display: Display,
                 message = finish_message(seen.job)
                 display.note(f"{state or 'Created'}" + (f": {message}" if message else ""))
             current = [p for uid, p in seen.pods.items() if uid not in seen.gone]
+            display.job_progress(seen.job.status.progress)
             display.progress("; ".join(r.describe() for r in progress(seen.job, current)))
             if state in FINISHED:
                 display.summary(seen.job, time.monotonic() - started,

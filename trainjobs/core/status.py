@@ -24,6 +24,7 @@ __all__ = [
     "failed",
     "is_finished",
     "must_write_now",
+    "progress_only",
     "replicas_forgotten",
     "set_exclusive",
     "state_of",
@@ -108,11 +109,20 @@ def must_write_now(old: JobStatus, new: JobStatus) -> bool:
     """Whether the change from `old` to `new` is written at once rather than coalesced: a
     new state (but Created), a counted failure, a completion, a new attempt, or a replica
     forgotten (see `replicas_forgotten`). A change of counts only, or a new job's first
-    status, may wait and go out with whatever changes meanwhile."""
+    status, may wait and go out with whatever changes meanwhile; a change of `progress` is
+    never urgent (see `progress_only`)."""
     return (new.state != old.state and new.state != ConditionType.CREATED.value) or \
         new.counted_failures != old.counted_failures or \
         new.completion_time != old.completion_time or new.attempt != old.attempt or \
         replicas_forgotten(old, new)
+
+
+def progress_only(old: JobStatus, new: JobStatus) -> bool:
+    """Whether `new` differs from `old` in `progress` alone: such a change is written on the
+    progress budget (at most once per interval per job, within a global rate), while any
+    other change written carries the newest progress along."""
+    return new.progress != old.progress and \
+        new.model_copy(update={"progress": old.progress}) == old
 
 
 def replicas_forgotten(old: JobStatus, new: JobStatus) -> bool:

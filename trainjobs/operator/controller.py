@@ -108,7 +108,9 @@ class Controller:
         self.resources = {**BY_API_KIND, **{(r.api_version, r.kind): r for r in self.watched}}
         self.actuator = Actuator(kube, self.owned, self.watched, self.resources,
                                  settings.create_parallelism)
-        self.writer = StatusWriter(kube, plugins, settings.status_coalesce_seconds, clock)
+        self.writer = StatusWriter(kube, plugins, settings.status_coalesce_seconds, clock,
+                                   settings.progress_status_interval,
+                                   settings.progress_status_writes_per_second)
         self.planner_settings = replace(settings.planner, with_replicas_kinds=frozenset(
             r.kind for r in declared if r.with_replicas))
         self.informers: list[Informer[Any]] = []

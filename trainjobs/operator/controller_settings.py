@@ -23,6 +23,11 @@ class ControllerSettings:
     concurrency: int = 16
     # Status changes that only update counts are written at most this often per job.
     status_coalesce_seconds: float = 1.0
+    # A change of status.progress alone is written at most this often per job, and only
+    # within a budget of progress writes per second for all jobs together (burst: one
+    # second's worth): 5,000 reporting jobs cannot flood the API server (docs/progress.md).
+    progress_status_interval: float = 30.0
+    progress_status_writes_per_second: float = 20.0
     expectation_timeout: float = 120.0
     create_parallelism: int = 16
     # The plugins' sections (settings.py builds it once: file, overrides, checked).

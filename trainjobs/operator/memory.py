@@ -118,6 +118,10 @@ class JobMemory:
     parsed: Parsed | None = None
     # When the first status change not yet written (one that may wait) was seen (monotonic).
     pending_since: float | None = None
+    # When status.progress was last written (monotonic), and the turn the write budget gave
+    # the progress change waiting now (operator/write_budget.py).
+    progress_written_at: float | None = None
+    progress_turn: float | None = None
     # The state logged for the job while it is ahead of the cached status (see the
     # controller's _log_state_change).
     logged_state: str | None = None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from trainjobs.kube import ApiError
+from trainjobs.operator.clock import SYSTEM_CLOCK
+from trainjobs.operator.progress_metrics import ProgressMetrics
 
 __all__ = [
            "API_ERRORS",
@@ -16,6 +18,7 @@ __all__ = [
            "JOBS",
            "LOOP_LAG",
            "LOOP_LAG_MAX",
+           "PROGRESS",
            "QUEUE_DEPTH",
            "RECONCILES",
            "RECONCILE_DURATION",
@@ -61,6 +64,11 @@ LOOP_LAG_BUSY_MAX = Gauge(
     "trainjobs_event_loop_lag_busy_max_seconds", "The longest event loop lag counting only "
     "the time the process was on the CPU meanwhile (what the operator itself caused, not a "
     "machine busy with others).", registry=REGISTRY)
+
+#: The jobs' reported progress (operator/progress_metrics.py): the progress gate calls
+#: `PROGRESS.observe(namespace, name, kind, status.progress)` when it writes it and
+#: `PROGRESS.forget(namespace, name)` when the job goes.
+PROGRESS = ProgressMetrics(SYSTEM_CLOCK, registry=REGISTRY)
 
 
 def count_api_error(verb: str, error: ApiError) -> None:

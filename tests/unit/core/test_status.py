@@ -79,3 +79,14 @@ def test_what_is_written_at_once() -> None:
     w.succeed(w.pod_names("Worker")[0])
     counts = w.plan().status
     assert not must_write_now(w.status, counts)  # counts only
+
+
+def test_progress_alone_is_never_urgent_and_is_told_apart() -> None:
+    from trainjobs.api.models import ProgressStatus
+    from trainjobs.core.status import progress_only
+    base = JobStatus(state="Running", replica_summary="Worker 1/1")
+    moved = base.model_copy(update={"progress": ProgressStatus(step=5, replica="w-0")})
+    assert progress_only(base, moved) and not must_write_now(base, moved)
+    both = moved.model_copy(update={"replica_summary": "Worker 0/1"})
+    assert not progress_only(base, both)  # written as any other change, progress along
+    assert not progress_only(moved, moved)  # no change at all

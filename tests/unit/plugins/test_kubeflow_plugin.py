@@ -58,6 +58,11 @@ def test_crds_are_kubeflows(enabled: PluginManager) -> None:
         status = schema["properties"]["status"]["properties"]
         assert "lastReconcileTime" in status
         assert "lastUpdateTime" in status["conditions"]["items"]["properties"]
+        # The reported progress and its columns, as on trainjobs' own kinds (issue 37.4).
+        assert "etaSeconds" in status["progress"]["properties"]
+        columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+        assert (columns["Progress"], columns["ETA"]) == (
+            ".status.progress.summary", ".status.progress.etaSeconds")
         text = render_crd_yaml(framework)
         assert f"self.spec.{field}" in text and "self.spec.replicaSpecs" not in text
 

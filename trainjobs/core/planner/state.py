@@ -14,6 +14,7 @@ from trainjobs.api.models import (
     Job,
     JobStatus,
     OwnedObjectStatus,
+    ProgressStatus,
     ReplicaStatus,
 )
 from trainjobs.core.deletions import DeleteReason, deletion
@@ -37,6 +38,7 @@ class _Status:
     counted_failures: list[str]
     attempt: int
     owned_objects: list[OwnedObjectStatus] | None  # reported by plugins: kept as it is
+    progress: ProgressStatus | None = None  # reported by the program: kept as it is
 
     @classmethod
     def of(cls, status: JobStatus) -> _Status:
@@ -46,7 +48,7 @@ class _Status:
                    start_time=_whole(status.start_time),
                    completion_time=_whole(status.completion_time),
                    counted_failures=list(status.counted_failures), attempt=status.attempt,
-                   owned_objects=status.owned_objects or None)
+                   owned_objects=status.owned_objects or None, progress=status.progress)
 
     def built(self, old: JobStatus, generation: int | None) -> JobStatus:
         """The status to report: `old` itself when nothing changed (the backend writes
@@ -56,7 +58,7 @@ class _Status:
                         start_time=self.start_time, completion_time=self.completion_time,
                         observed_generation=generation or None,
                         counted_failures=self.counted_failures, attempt=self.attempt,
-                        owned_objects=self.owned_objects)
+                        owned_objects=self.owned_objects, progress=self.progress)
         return old if new == old else new
 
 
