@@ -339,7 +339,8 @@ class Controller:
             return parsed.desired.unpack()
         framework = self._framework(job.kind)
         rendering = Rendering(job, framework, self.plugins, backend="kubernetes",
-                              controller_config=self.settings.controller_config)
+                              controller_config=self.settings.controller_config,
+                              progress=self.settings.progress_endpoint)
         if parsed.replicas > OFFLOAD_REPLICAS:
             parsed.desired = await PackedRender.of_sliced(rendering.replicas(),
                                                           rendering.extras())
