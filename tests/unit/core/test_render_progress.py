@@ -25,6 +25,7 @@ from tests.unit.helpers import (
 from trainjobs.core.progress import ProgressEndpoint
 from trainjobs.core.progress_pod import AUDIENCE, TOKEN_DIR, TOKEN_FILE, VOLUME
 from trainjobs.core.render import render_job
+from trainjobs.core.validation import parse_job
 from trainjobs.errors import SpecInvalid
 
 CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -118,3 +119,14 @@ def test_a_template_volume_or_mount_in_the_way_is_refused_not_overwritten() -> N
     tmpl["spec"]["volumes"] = []
     with pytest.raises(SpecInvalid, match="where trainjobs mounts the progress token"):
         rendered(doc, ENDPOINT)
+
+
+def test_validation_with_the_operators_endpoint_refuses_the_reserved_volume() -> None:
+    """The operator validates with its endpoint (parse_job's `progress`), so such a job fails
+    InvalidSpec up front, as a colliding variable does; without one it is a valid job."""
+    doc = caffe2job(workers=1)
+    doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["volumes"] = [
+        {"name": VOLUME, "emptyDir": {}}]
+    parse_job(copy.deepcopy(doc), PLUGINS)
+    with pytest.raises(SpecInvalid, match="reserved for trainjobs' progress token"):
+        parse_job(copy.deepcopy(doc), PLUGINS, progress=ENDPOINT)
