@@ -61,18 +61,34 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in main["env"] if "value" in e}
 
 
-def post(url: str, ca: Path, doc: dict[str, Any], token: str | None) -> tuple[int, str]:
+def post(url: str, ca: Path | None, doc: dict[str, Any], token: str | None
+         ) -> tuple[int, str]:
     """One raw POST (to see the status the library turns into a warning)."""
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, json.dumps(doc).encode(), headers, method="POST")
-    context = ssl.create_default_context(cafile=str(ca))
+    context = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
     try:
         with urllib.request.urlopen(request, timeout=10, context=context) as reply:
             return reply.status, reply.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())["error"]
+        retry = exc.headers.get("Retry-After")
+        return exc.code, json.loads(exc.read())["error"] + (f" [Retry-After {retry}]"
+                                                            if retry else "")
+
+
+def report_of(ns: Namespace, pod: dict[str, Any], step: int) -> dict[str, Any]:
+    env = env_of(pod)
+    return {"version": 1, "job": {"namespace": ns.name, "name": env["TRAINJOBS_JOB_NAME"],
+                                  "uid": env["TRAINJOBS_JOB_UID"]},
+            "replica": {"name": pod["metadata"]["name"], "type": "Worker", "index": 0},
+            "attempt": 0, "session": "s", "seq": step, "step": step}
+
+
+def wait_default_sa(ns: Namespace) -> None:
+    wait_for(lambda: ns.kubectl("get", "serviceaccount", "default", check=False)
+             .returncode == 0, "the default ServiceAccount", timeout=30)
 
 
 def reports(op: Operator) -> dict[str, float]:
@@ -83,8 +99,7 @@ def reports(op: Operator) -> dict[str, float]:
 def test_reports_reach_the_operator_only_with_the_pods_own_token(
         operators: Operators, bare_ns: Namespace, tmp_path: Path) -> None:
     ns = bare_ns
-    wait_for(lambda: ns.kubectl("get", "serviceaccount", "default", check=False)
-             .returncode == 0, "the default ServiceAccount", timeout=30)
+    wait_default_sa(ns)
     ca = make_serving_cert(tmp_path / "ca", subject="/CN=trainjobs-progress-ca")
     cert = make_serving_cert(tmp_path / "tls", subject="/CN=trainjobs-progress",
                              ca_cert=ca.cert, ca_key=ca.key)
@@ -120,10 +135,7 @@ def test_reports_reach_the_operator_only_with_the_pods_own_token(
     assert reporter.last_reply == {"accepted": True, "interval": 1.0}
     assert reports(op).get("accepted") == 1.0
 
-    doc = {"version": 1, "job": {"namespace": ns.name, "name": "mnist",
-                                 "uid": env["TRAINJOBS_JOB_UID"]},
-           "replica": {"name": "mnist-worker-0", "type": "Worker", "index": 0},
-           "attempt": 0, "session": "s", "seq": 1, "step": 20}
+    doc = report_of(ns, worker, 20)
     # Another job's pod reporting for this job, a token for another audience, none at all.
     status, error = post(url, ca.cert, doc, mint(ns, stranger))
     assert status == 403 and "belongs to job other" in error
@@ -136,3 +148,35 @@ def test_reports_reach_the_operator_only_with_the_pods_own_token(
     assert counted.get("accepted") == 1.0  # none of them was applied
     assert op.logged(r"progress report refused \(403 forbidden\)")
     assert not op.problems()
+
+
+def test_a_standby_refuses_with_503_and_applies_nothing(
+        operators: Operators, bare_ns: Namespace) -> None:
+    """Two operators with leader election, each serving progress (plain HTTP: loopback only):
+    the standby answers 503 with Retry-After and counts it; only the leader applies."""
+    ns = bare_ns
+    wait_default_sa(ns)
+    lease = ("--leader-elect", "--leader-election-namespace", ns.name,
+             "--leader-election-id", "progress", "--lease-duration", "4",
+             "--renew-deadline", "3", "--retry-period", "1")
+    urls = []
+    started = []
+    for name in ("leader", "standby"):
+        port = free_port()
+        urls.append(f"http://127.0.0.1:{port}/v1/progress")
+        started.append(operators.start(*lease, "--progress-listen", f"127.0.0.1:{port}",
+                                       "--progress-url", urls[-1], name=name))
+        if name == "leader":
+            started[0].wait_logged("became leader")
+    leader, standby = started
+    ns.create(mxjob("mnist"))
+    wait_for(lambda: ns.pod("mnist-worker-0"), "the worker pod", timeout=30)
+    worker = ns.pod("mnist-worker-0")
+    assert worker is not None
+    token = mint(ns, worker)
+    status, error = post(urls[1], None, report_of(ns, worker, 1), token)
+    assert status == 503 and "not the leader" in error and "[Retry-After 10]" in error
+    assert reports(standby) == {"standby": 1.0} and reports(leader) == {}
+    status, _ = post(urls[0], None, report_of(ns, worker, 1), token)
+    assert status == 200 and reports(leader) == {"accepted": 1.0}
+    assert not leader.problems() and not standby.problems()
