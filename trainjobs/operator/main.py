@@ -14,6 +14,7 @@ import signal
 from dataclasses import replace
 from typing import Any
 
+from trainjobs.errors import TrainjobsError
 from trainjobs.kube import Kube, connect
 from trainjobs.kube.api import limit_tls_read_buffer
 from trainjobs.operator import metrics
@@ -75,7 +76,13 @@ async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
         # For the whole process, a standby's too: it answers 503 until its store is active.
         progress = _progress_server(settings.progress, store, TokenReviewer(kube, clock),
                                     plugins, clock)
-        await progress.start()
+        try:
+            await progress.start()
+        except OSError as exc:  # the port is taken, the address not ours: one line, exit 1
+            await runner.cleanup()
+            await api.close()
+            raise TrainjobsError(f"--progress-listen {settings.progress.host}:"
+                                 f"{settings.progress.port}: {exc}") from None
     lag_probe = asyncio.create_task(probe_loop_lag(), name="loop-lag")
     log.info("trainjobs operator: kinds %s, namespaces %s, http %s:%d",
              ", ".join(plugins.frameworks), ", ".join(settings.controller.namespaces) or "all",

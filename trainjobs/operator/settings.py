@@ -10,6 +10,7 @@ so that a malformed one stops the operator before it connects, naming the key.
 from __future__ import annotations
 
 import argparse
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,13 @@ def progress_settings(args: argparse.Namespace) -> ProgressSettings | None:
     if not args.progress_tls_cert and host not in LOOPBACK:
         raise TrainjobsError(f"--progress-listen {listen}: plain HTTP is served only on "
                              f"127.0.0.1 (tests); give --progress-tls-cert and -key")
+    if args.progress_tls_cert:
+        try:  # read again at start; checked here so a bad file stops it before it connects
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                args.progress_tls_cert, args.progress_tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise TrainjobsError(f"--progress-tls-cert {args.progress_tls_cert} / "
+                                 f"--progress-tls-key {args.progress_tls_key}: {exc}") from None
     if not args.progress_interval > 0:
         raise TrainjobsError("--progress-interval must be positive")
     ca = ""

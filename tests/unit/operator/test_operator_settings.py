@@ -25,6 +25,7 @@ from trainjobs.operator.settings import (
     controller_config,
 )
 from trainjobs.plugin import ControllerConfig, config_section
+from trainjobs.testing._pki import make_serving_cert
 
 OPERATOR = Path(__file__).resolve().parents[3] / "trainjobs" / "operator"
 
@@ -201,11 +202,14 @@ def test_progress_is_off_unless_listened_for_and_its_flags_are_checked(tmp_path:
     ]:
         with pytest.raises(TrainjobsError, match=words):
             settings(*flags)
-    ca = tmp_path / "ca.crt"
-    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-    got = settings("--progress-listen", "0.0.0.0:8443", *url, "--progress-tls-cert", "c",
-                   "--progress-tls-key", "k", "--progress-ca-file", str(ca),
-                   "--progress-interval", "10")
+    cert = make_serving_cert(tmp_path / "tls", subject="/CN=trainjobs-progress")
+    tls = ("--progress-tls-cert", str(cert.cert), "--progress-tls-key", str(cert.key))
+    with pytest.raises(TrainjobsError, match=r"--progress-tls-cert .* / --progress-tls-key"):
+        settings("--progress-listen", "0.0.0.0:8443", *url, "--progress-tls-cert",
+                 str(cert.cert), "--progress-tls-key", str(tmp_path / "missing"))
+    ca = cert.ca_cert
+    got = settings("--progress-listen", "0.0.0.0:8443", *url, *tls, "--progress-ca-file",
+                   str(ca), "--progress-interval", "10")
     assert got.progress is not None and (got.progress.host, got.progress.port) == \
         ("0.0.0.0", 8443)
     endpoint = got.controller.progress_endpoint
