@@ -26,6 +26,7 @@ get it fails the tests, it never skips them.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import json
@@ -856,6 +857,48 @@ def test_multikueue_manager_render(helm_offline: Helm) -> None:
     default = helm_offline.template("rel", "ops", {"kueue": {"enabled": True}})
     assert "--multikueue-manager" not in operator_container(default)["args"]
     assert not any("multikueue" in d["metadata"]["name"] for d in default)
+
+
+def test_progress_render(helm_offline: Helm, tmp_path: Path) -> None:
+    """progress.enabled: the endpoint's flags, port and TLS mount on the operator, its Service,
+    a CA and a certificate for the Service's DNS names (verified here with openssl), and the
+    one grant it adds, creating TokenReviews; with the user's Secret, no Secret is made. Off
+    (the default): none of it, not a word of progress in the manifests."""
+    docs = helm_offline.template("rel", "ops", {"progress": {"enabled": True}})
+    args = operator_container(docs)["args"]
+    tls = "/etc/trainjobs/progress-tls"
+    assert {"--progress-listen=0.0.0.0:8443", f"--progress-tls-cert={tls}/tls.crt",
+            f"--progress-tls-key={tls}/tls.key", f"--progress-ca-file={tls}/ca.crt",
+            "--progress-url=https://rel-trainjobs-progress.ops.svc:8443/v1/progress",
+            "--progress-interval=5"} <= set(args)
+    ports = {p["name"]: p["containerPort"] for p in operator_container(docs)["ports"]}
+    assert ports["progress"] == 8443
+    service = next(d for d in by_kind(docs, "Service") if d["metadata"]["name"] ==
+                   "rel-trainjobs-progress")
+    assert service["spec"]["ports"] == [{"name": "progress", "port": 8443,
+                                         "targetPort": "progress", "protocol": "TCP"}]
+    roles = {d["metadata"]["name"]: rbac_grants(d["rules"]) for d in by_kind(docs, "ClusterRole")}
+    assert roles["rel-trainjobs-progress"] == {("authentication.k8s.io", "tokenreviews",
+                                                 "create", "")}
+    assert roles["rel-trainjobs"] == OPERATOR_GRANTS
+    secret = one(docs, "Secret")
+    assert secret["metadata"]["name"] == "rel-trainjobs-progress-tls"
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        (tmp_path / key).write_bytes(base64.b64decode(secret["data"][key]))
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(tmp_path / "ca.crt"),
+                             "-verify_hostname", "rel-trainjobs-progress.ops.svc",
+                             str(tmp_path / "tls.crt")], capture_output=True, text=True,
+                            check=False)
+    assert verify.returncode == 0, verify.stderr + verify.stdout
+    given = helm_offline.template("rel", "ops", {"progress": {
+        "enabled": True, "tls": {"secretName": "mine", "caKey": ""}}})
+    assert by_kind(given, "Secret") == []
+    volume = next(v for v in one(given, "Deployment")["spec"]["template"]["spec"]["volumes"]
+                  if v["name"] == "progress-tls")
+    assert volume["secret"]["secretName"] == "mine"
+    assert not any(a.startswith("--progress-ca-file") for a in operator_container(given)["args"])
+    off = helm_offline.template("rel", "ops", {})
+    assert "progress" not in json.dumps(off)
 
 
 @contextlib.contextmanager

@@ -35,6 +35,9 @@ ETA_SAMPLES = 32  # (time, step) pairs the rate is measured over
 # The environment contract (docs/api.md), set in every container of every replica.
 ENV_URL = "TRAINJOBS_PROGRESS_URL"
 ENV_INTERVAL = "TRAINJOBS_PROGRESS_INTERVAL"
+# On a cluster (issue 37.3): the projected token to send, the CA to verify the endpoint with.
+ENV_TOKEN_FILE = "TRAINJOBS_PROGRESS_TOKEN_FILE"
+ENV_CA = "TRAINJOBS_PROGRESS_CA"
 
 
 class ReportRefused(TrainjobsError):
@@ -48,10 +51,17 @@ class ReportRefused(TrainjobsError):
 
 @dataclass(frozen=True)
 class ProgressEndpoint:
-    """Where a job's replicas report, and how often at most (seconds per process)."""
+    """Where a job's replicas report, and how often at most (seconds per process).
+
+    On a cluster also: the audience of the service-account token projected into every pod
+    (at `token_file`), and the PEM of the CA that signed the endpoint's certificate (`ca`,
+    inline; "" for the system's CAs). Locally all three stay empty: no token, no TLS."""
 
     url: str
     interval: float = 1.0
+    audience: str = ""
+    token_file: str = ""
+    ca: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,8 +85,12 @@ class ProgressReport:
 
 def progress_env(url: str, interval: float, *, namespace: str, job: str, uid: str,
                  replica: str, replica_type: str, replica_index: int,
-                 attempt: int) -> dict[str, str]:
-    """The variables that tell `trainjobs_progress` where to report and who it is."""
+                 attempt: int, token_file: str = "", ca: str = "") -> dict[str, str]:
+    """The variables that tell `trainjobs_progress` where to report and who it is (and, on a
+    cluster, with which token and CA)."""
+    secured = {ENV_TOKEN_FILE: token_file} if token_file else {}
+    if ca:
+        secured[ENV_CA] = ca
     return {
         ENV_URL: url,
         ENV_INTERVAL: f"{interval:g}",
@@ -87,6 +101,7 @@ def progress_env(url: str, interval: float, *, namespace: str, job: str, uid: st
         "TRAINJOBS_REPLICA_TYPE": replica_type,
         "TRAINJOBS_REPLICA_INDEX": str(replica_index),
         "TRAINJOBS_ATTEMPT": str(attempt),
+        **secured,
     }
 
 

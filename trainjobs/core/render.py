@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from trainjobs.api.models import Job, RestartPolicy
 from trainjobs.core.progress import ProgressEndpoint, progress_env
+from trainjobs.core.progress_pod import add_token_volume
 from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.labels import (
     ANNOTATION_ATTEMPT,
@@ -170,10 +171,10 @@ class Rendering:
         controller_config: Mapping[str, Any] | None = None,
         progress: ProgressEndpoint | None = None,
     ) -> None:
-        if progress is not None and backend != "local":
-            # Issue 37.3: on a cluster, progress stays off (every pod exactly as before)
-            # until the operator is configured for it; that side is not built yet.
-            raise ValueError("progress reporting is only wired for the local backend")
+        if progress is not None and backend != "local" and not progress.audience:
+            # On a cluster a replica proves who it is with a projected token of our audience
+            # (docs/progress.md); an endpoint without one would take anyone's reports.
+            raise ValueError("a cluster progress endpoint needs a token audience")
         self.job = job
         self.progress = progress
         self.framework = framework
@@ -258,6 +259,8 @@ def _render_pod(
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
     plugins.adjust_pod(job, replica, pod, ctx)
     _inject_env(job, replica, pod, ctx, plugins, errors, progress)
+    if progress is not None and progress.audience:
+        add_token_volume(pod, progress, f"spec.replicaSpecs.{replica.type}", errors)
     rtype = framework.replica_type(replica.type)
     if rtype is None or rtype.listens:
         _ensure_port(pod, ctx.cluster.addresses[replica].port, ctx.framework)
@@ -280,7 +283,8 @@ def _inject_env(
     everywhere: dict[str, str] = {} if progress is None else progress_env(
         progress.url, progress.interval, namespace=job.namespace, job=job.name,
         uid=job.metadata.uid or "", replica=replica.object_name(job.name),
-        replica_type=replica.type, replica_index=replica.index, attempt=job.status.attempt)
+        replica_type=replica.type, replica_index=replica.index, attempt=job.status.attempt,
+        token_file=progress.token_file, ca=progress.ca)
     for env in plugins.replica_env(job, replica, ctx):
         for key, value in env.values.items():
             if key in injected or key in everywhere:

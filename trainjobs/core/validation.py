@@ -26,6 +26,7 @@ from trainjobs.api.models import (
 )
 from trainjobs.api.podtemplate import validate_pod_template
 from trainjobs.convert.documents import is_old_job
+from trainjobs.core.progress import ProgressEndpoint
 from trainjobs.core.refusals import (
     KUBEFLOW_KINDS,
     did_you_mean,
@@ -119,14 +120,16 @@ def split_jobs(docs: list[Any], plugins: PluginManager, source: str = "") -> Job
 
 def parse_job(doc: Any, plugins: PluginManager, source: str = "",
               limit: ReplicaLimit = CRD_LIMIT, *,
-              controller_config: Mapping[str, Any] | None = None, render: bool = True) -> Job:
+              controller_config: Mapping[str, Any] | None = None, render: bool = True,
+              progress: ProgressEndpoint | None = None) -> Job:
     """Validate one job document; raise `SpecInvalid` with every problem found.
 
     A job over `limit` is refused before anything is rendered: its cost grows with its
     replicas, so the check must not pay it. The last check renders the job's pods once, with
     `controller_config`: the operator passes its own, so that plugins which read it
     (accelerators, gang scheduling, the PS server's image) are checked on the pods it will
-    create. `render=False` skips that rendering: reading a job the API server already holds
+    create, and its progress endpoint (`progress`: its volume must fit the templates).
+    `render=False` skips that rendering: reading a job the API server already holds
     (the client's list, watch and wait) must not cost a rendering of every pod."""
     if not isinstance(doc, dict):
         raise SpecInvalid([SpecError("", "a job must be a mapping with apiVersion, kind, "
@@ -157,7 +160,7 @@ def parse_job(doc: Any, plugins: PluginManager, source: str = "",
         raise SpecInvalid(_in_kind_terms(errors, framework), source)
     job = Job(apiVersion=framework.api_version, kind=framework.kind, metadata=meta, spec=spec)
     errors += check_job(job, framework, plugins, limit, controller_config=controller_config,
-                        render=render)
+                        render=render, progress=progress)
     if errors:
         raise SpecInvalid(_in_kind_terms(errors, framework), source)
     return job
@@ -176,7 +179,8 @@ def _in_kind_terms(errors: list[SpecError], framework: Framework) -> list[SpecEr
 def check_job(job: Job, framework: Framework, plugins: PluginManager,
               limit: ReplicaLimit = CRD_LIMIT, *,
               controller_config: Mapping[str, Any] | None = None,
-              render: bool = True) -> list[SpecError]:
+              render: bool = True, progress: ProgressEndpoint | None = None
+              ) -> list[SpecError]:
     """The checks beyond the models: replica rules, names, pod templates, plugins, and (when
     `render`) the rendered pods' environment and names, rendered with `controller_config`."""
     errors = _check_replicas(job.spec, framework)
@@ -215,7 +219,7 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager,
     # environment variables, or between plugins, surface here, before anything runs.
     # One pod at a time, each dropped once seen: a job's rendered objects can be large.
     rendering = Rendering(job, framework, plugins, backend="kubernetes",
-                          controller_config=controller_config)
+                          controller_config=controller_config, progress=progress)
     owned: list[str] = []
     bare: set[str] = set()  # replica types whose pods got no container
     try:

@@ -319,7 +319,8 @@ class Controller:
             field = framework.replica_specs_field if framework is not None else "replicaSpecs"
             offload = requested_replicas(raw, field) > OFFLOAD_REPLICAS
             job = await on_cpu(offload, functools.partial(
-                parse_job, controller_config=self.settings.controller_config),
+                parse_job, controller_config=self.settings.controller_config,
+                progress=self.settings.progress_endpoint),
                 raw, self.plugins, key, limit)
             parsed = Parsed(entry.generation, entry.uid, PackedJob.pack(job), None,
                             replicas=replica_count(job))
@@ -340,7 +341,8 @@ class Controller:
             return parsed.desired.unpack()
         framework = self._framework(job.kind)
         rendering = Rendering(job, framework, self.plugins, backend="kubernetes",
-                              controller_config=self.settings.controller_config)
+                              controller_config=self.settings.controller_config,
+                              progress=self.settings.progress_endpoint)
         if parsed.replicas > OFFLOAD_REPLICAS:
             parsed.desired = await PackedRender.of_sliced(rendering.replicas(),
                                                           rendering.extras())

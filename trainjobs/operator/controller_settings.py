@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainjobs.api.models import DEFAULT_MAX_REPLICAS_PER_JOB
 from trainjobs.core.planner import PlannerSettings
+from trainjobs.core.progress import ProgressEndpoint
 from trainjobs.kueue.reconcile import KueueSettings
+
+if TYPE_CHECKING:
+    from trainjobs.operator.progress_store import ProgressStore
 
 __all__ = ["ControllerSettings"]
 
@@ -41,3 +45,7 @@ class ControllerSettings:
     multikueue_manager: bool = False
     # Kueue admission (operator/gates/kueue.py): manageJobsWithoutQueueName and its selector.
     kueue: KueueSettings = field(default_factory=KueueSettings)
+    # Progress reports (--progress-listen; docs/progress.md): what every replica is told (None:
+    # pods exactly as without it), and the leader's reports, which the progress gate reads.
+    progress_endpoint: ProgressEndpoint | None = None
+    progress: ProgressStore | None = None

@@ -11,12 +11,14 @@ import argparse
 import asyncio
 import logging
 import signal
+from dataclasses import replace
 from typing import Any
 
+from trainjobs.errors import TrainjobsError
 from trainjobs.kube import Kube, connect
 from trainjobs.kube.api import limit_tls_read_buffer
 from trainjobs.operator import metrics
-from trainjobs.operator.clock import SYSTEM_CLOCK
+from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 from trainjobs.operator.controller import Controller, watches
 from trainjobs.operator.gcfreeze import install_gc_freeze
 from trainjobs.operator.gcmetrics import install_gc_metrics
@@ -24,7 +26,10 @@ from trainjobs.operator.http import start_http
 from trainjobs.operator.leader import LeaderElector
 from trainjobs.operator.logs import setup_logging
 from trainjobs.operator.looplag import probe_loop_lag
-from trainjobs.operator.settings import OperatorSettings, build_settings
+from trainjobs.operator.progress_server import ProgressServer, tls_context
+from trainjobs.operator.progress_store import ProgressStore
+from trainjobs.operator.settings import OperatorSettings, ProgressSettings, build_settings
+from trainjobs.operator.token_review import TokenReviewer
 from trainjobs.plugin.manager import PluginManager, load_plugins
 
 __all__ = ["run_operator"]
@@ -46,7 +51,8 @@ async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
     limit_tls_read_buffer()  # before the first connection
     api = await connect(settings.kubeconfig, watches=watches(plugins, settings.controller))
     kube = Kube(api, request_timeout=settings.request_timeout, on_error=metrics.count_api_error)
-    controller = Controller(kube, plugins, settings.controller, clock)
+    store = ProgressStore(clock) if settings.progress is not None else None
+    controller = Controller(kube, plugins, replace(settings.controller, progress=store), clock)
     elector = LeaderElector(kube, settings.lease, clock) if settings.lease else None
     http = settings.http
     stop = asyncio.Event()
@@ -65,6 +71,18 @@ async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
         return None if controller.synced else "caches not synced"
 
     runner = await start_http(http.host, http.port, ready)
+    progress = None
+    if settings.progress is not None and store is not None:
+        # For the whole process, a standby's too: it answers 503 until its store is active.
+        progress = _progress_server(settings.progress, store, TokenReviewer(kube, clock),
+                                    plugins, clock)
+        try:
+            await progress.start()
+        except OSError as exc:  # the port is taken, the address not ours: one line, exit 1
+            await runner.cleanup()
+            await api.close()
+            raise TrainjobsError(f"--progress-listen {settings.progress.host}:"
+                                 f"{settings.progress.port}: {exc}") from None
     lag_probe = asyncio.create_task(probe_loop_lag(), name="loop-lag")
     log.info("trainjobs operator: kinds %s, namespaces %s, http %s:%d",
              ", ".join(plugins.frameworks), ", ".join(settings.controller.namespaces) or "all",
@@ -80,6 +98,10 @@ async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
             for w in waiters:
                 w.cancel()
         if not stop.is_set():
+            if store is not None:
+                # The leader applies reports from now on; the progress gate activates it
+                # again with its own callback when the controller runs it.
+                store.activate(lambda _key: None)
             tasks.append(asyncio.create_task(controller.run(), name="controller"))
             watched = [asyncio.create_task(stop.wait()), *tasks]
             if elector is not None:
@@ -102,7 +124,22 @@ async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
         await asyncio.gather(lag_probe, *tasks, return_exceptions=True)
         if elector is not None and code == 0:
             await elector.release()
+        if store is not None:
+            store.deactivate()
+        if progress is not None:
+            await progress.stop()
         await runner.cleanup()
         await api.close()
         log.info("trainjobs operator stopped")
     return code
+
+
+def _progress_server(settings: ProgressSettings, store: ProgressStore,
+                     reviewer: TokenReviewer, plugins: PluginManager,
+                     clock: Clock) -> ProgressServer:
+    kinds = {(fw.api_version, fw.kind): fw.kind for fw in plugins.frameworks.values()}
+    context = None
+    if settings.tls_cert and settings.tls_key:
+        context = tls_context(settings.tls_cert, settings.tls_key)
+    return ProgressServer(store, reviewer, kinds, settings.host, settings.port,
+                          ssl_context=context, interval=settings.interval, clock=clock)

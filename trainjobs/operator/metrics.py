@@ -19,6 +19,7 @@ __all__ = [
            "LOOP_LAG",
            "LOOP_LAG_MAX",
            "PROGRESS",
+           "PROGRESS_REPORTS",
            "QUEUE_DEPTH",
            "RECONCILES",
            "RECONCILE_DURATION",
@@ -64,6 +65,11 @@ LOOP_LAG_BUSY_MAX = Gauge(
     "trainjobs_event_loop_lag_busy_max_seconds", "The longest event loop lag counting only "
     "the time the process was on the CPU meanwhile (what the operator itself caused, not a "
     "machine busy with others).", registry=REGISTRY)
+PROGRESS_REPORTS = Counter(
+    "trainjobs_progress_reports_total", "Progress reports the operator's endpoint answered, by "
+    "result: accepted, standby, unauthenticated, forbidden, throttled, invalid, too_large, "
+    "unsupported_type, backwards, unavailable (a fixed set: docs/progress.md).", ["result"],
+    registry=REGISTRY)
 
 #: The jobs' reported progress (operator/progress_metrics.py): the progress gate calls
 #: `PROGRESS.observe(namespace, name, kind, status.progress)` when it writes it and

@@ -89,6 +89,28 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
                    help="the garbage collector's full walks skip what survived the last one, "
                         "except one walk of everything per interval (default 3600; 0: "
                         "CPython's collector as it is)")
+    _add_progress_arguments(p)
+
+
+def _add_progress_arguments(p: argparse.ArgumentParser) -> None:
+    """Issue 37.3: the replicas' progress reports (docs/progress.md). Off without
+    --progress-listen: then no pod changes and no port opens."""
+    p.add_argument("--progress-listen", metavar="HOST:PORT",
+                   help="serve the replicas' progress reports here (POST /v1/progress) and "
+                        "tell every replica where to send them; off when absent. Plain HTTP "
+                        "only on 127.0.0.1, TLS (--progress-tls-cert/-key) otherwise")
+    p.add_argument("--progress-url", metavar="URL",
+                   help="the URL replicas are told (TRAINJOBS_PROGRESS_URL), e.g. "
+                        "https://trainjobs-progress.NS.svc:8443/v1/progress; required with "
+                        "--progress-listen")
+    p.add_argument("--progress-tls-cert", metavar="FILE", help="the endpoint's certificate")
+    p.add_argument("--progress-tls-key", metavar="FILE", help="its private key")
+    p.add_argument("--progress-ca-file", metavar="FILE",
+                   help="PEM of the CA replicas verify the endpoint with, given to them inline "
+                        "(TRAINJOBS_PROGRESS_CA); default: the system's CAs")
+    p.add_argument("--progress-interval", type=float, default=5.0, metavar="SECONDS",
+                   help="the fewest seconds between two reports of one replica process "
+                        "(TRAINJOBS_PROGRESS_INTERVAL; default 5)")
 
 
 def _names(text: str) -> tuple[str, ...]:

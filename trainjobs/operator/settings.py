@@ -10,10 +10,13 @@ so that a malformed one stops the operator before it connects, naming the key.
 from __future__ import annotations
 
 import argparse
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainjobs.core.progress import ProgressEndpoint
+from trainjobs.core.progress_pod import AUDIENCE, TOKEN_FILE
 from trainjobs.errors import SpecInvalid, TrainjobsError
 from trainjobs.kube.selector import SelectorError, parse_selector
 from trainjobs.kueue.integrations import IntegrationMode, parse_config_map
@@ -24,8 +27,8 @@ from trainjobs.plugin.config import ControllerConfig
 from trainjobs.plugin.manager import PluginManager
 from trainjobs.yamlio import read_one
 
-__all__ = ["HttpSettings", "OperatorSettings", "build_settings", "controller_config",
-           "read_config_file"]
+__all__ = ["HttpSettings", "OperatorSettings", "ProgressSettings", "build_settings",
+           "controller_config", "progress_settings", "read_config_file"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,24 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class ProgressSettings:
+    """The progress endpoint (--progress-*): where it listens, what replicas are told."""
+
+    host: str
+    port: int
+    url: str
+    interval: float = 5.0
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    ca_pem: str = ""  # the CA replicas verify the endpoint with, inline; "": system CAs
+
+    @property
+    def endpoint(self) -> ProgressEndpoint:
+        """What every replica is told."""
+        return ProgressEndpoint(self.url, self.interval, AUDIENCE, TOKEN_FILE, self.ca_pem)
+
+
+@dataclass(frozen=True)
 class OperatorSettings:
     controller: ControllerSettings
     http: HttpSettings
@@ -46,6 +67,7 @@ class OperatorSettings:
     request_timeout: float = 30.0
     gc_thaw_interval: float = 3600.0
     enable_plugins: tuple[str, ...] = ()
+    progress: ProgressSettings | None = None  # None: no endpoint, no pod changes
 
 
 def read_config_file(path: str | None) -> dict[str, object]:
@@ -90,8 +112,10 @@ def build_settings(args: argparse.Namespace, plugins: PluginManager) -> Operator
                           managed_jobs_namespace_selector=selector,
                           kubeflow_integration=IntegrationMode(args.kueue_kubeflow_integration),
                           config_map=parse_config_map(args.kueue_config_map))
+    progress = progress_settings(args)
     return OperatorSettings(
         controller=ControllerSettings(
+            progress_endpoint=None if progress is None else progress.endpoint,
             namespaces=tuple(args.namespace), concurrency=args.concurrency,
             status_coalesce_seconds=args.status_coalesce,
             max_replicas_per_job=args.max_replicas_per_job, controller_config=config,
@@ -99,4 +123,47 @@ def build_settings(args: argparse.Namespace, plugins: PluginManager) -> Operator
         http=HttpSettings(host or "0.0.0.0", int(port), args.ready_api_timeout),
         lease=lease if args.leader_elect else None,
         kubeconfig=args.kubeconfig, request_timeout=args.request_timeout,
-        gc_thaw_interval=args.gc_thaw_interval, enable_plugins=tuple(args.enable_plugins))
+        gc_thaw_interval=args.gc_thaw_interval, enable_plugins=tuple(args.enable_plugins),
+        progress=progress)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def progress_settings(args: argparse.Namespace) -> ProgressSettings | None:
+    """--progress-* as settings, or None when --progress-listen is absent; a
+    `TrainjobsError` naming the flag when they do not fit together."""
+    listen = getattr(args, "progress_listen", None)
+    if not listen:
+        return None
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise TrainjobsError(f"--progress-listen {listen}: expected HOST:PORT")
+    if not args.progress_url:
+        raise TrainjobsError("--progress-listen needs --progress-url (what replicas are told)")
+    if bool(args.progress_tls_cert) != bool(args.progress_tls_key):
+        raise TrainjobsError("--progress-tls-cert and --progress-tls-key go together")
+    if not args.progress_tls_cert and host not in LOOPBACK:
+        raise TrainjobsError(f"--progress-listen {listen}: plain HTTP is served only on "
+                             f"127.0.0.1 (tests); give --progress-tls-cert and -key")
+    if args.progress_tls_cert:
+        try:  # read again at start; checked here so a bad file stops it before it connects
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                args.progress_tls_cert, args.progress_tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise TrainjobsError(f"--progress-tls-cert {args.progress_tls_cert} / "
+                                 f"--progress-tls-key {args.progress_tls_key}: {exc}") from None
+    if not args.progress_interval > 0:
+        raise TrainjobsError("--progress-interval must be positive")
+    ca = ""
+    if args.progress_ca_file:
+        try:
+            ca = Path(args.progress_ca_file).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TrainjobsError(f"--progress-ca-file: {exc}") from None
+        if "-----BEGIN CERTIFICATE-----" not in ca:
+            raise TrainjobsError(f"--progress-ca-file {args.progress_ca_file}: no PEM "
+                                 f"certificate in it")
+    return ProgressSettings(host.strip("[]"), int(port), args.progress_url,
+                            args.progress_interval, args.progress_tls_cert,
+                            args.progress_tls_key, ca)

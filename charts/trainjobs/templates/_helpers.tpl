@@ -183,3 +183,14 @@ The API permissions the operator uses, and nothing else (see docs/helm.md, "RBAC
 {{- fail "podDisruptionBudget: set one of minAvailable and maxUnavailable" }}
 {{- end }}
 {{- end }}
+
+{{/* The progress endpoint's Service (a DNS-1035 label) and its chart-made TLS Secret. */}}
+{{- define "trainjobs.progressServiceName" -}}
+{{- printf "%s-progress" (include "trainjobs.fullname" . | trunc 54 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "trainjobs.progressSecretName" -}}
+{{- default (printf "%s-tls" (include "trainjobs.progressServiceName" .)) .Values.progress.tls.secretName }}
+{{- end }}
+
+{{- define "trainjobs.progressTlsDir" -}}/etc/trainjobs/progress-tls{{- end }}

@@ -29,10 +29,18 @@ __version__ = "0.1.0"
 URL = "TRAINJOBS_PROGRESS_URL"
 INTERVAL = "TRAINJOBS_PROGRESS_INTERVAL"
 TIMEOUT = "TRAINJOBS_PROGRESS_TIMEOUT"
+TOKEN_FILE = "TRAINJOBS_PROGRESS_TOKEN_FILE"
+CA = "TRAINJOBS_PROGRESS_CA"
+CA_FILE = "TRAINJOBS_PROGRESS_CA_FILE"
 ENVIRONMENT = {
     URL: "where to POST reports; unset: reporting is off",
     INTERVAL: "fewest seconds between two reports of one process (default 5)",
     TIMEOUT: "seconds one POST may take (default 2)",
+    TOKEN_FILE: "a file holding the bearer token to send, read on every send (on a cluster: "
+                "the pod's projected service-account token)",
+    CA: "PEM of the CA that signed the receiver's certificate (https URLs; default: the "
+        "system's CAs)",
+    CA_FILE: "the same in a file (if TRAINJOBS_PROGRESS_CA is unset)",
     "TRAINJOBS_JOB_NAMESPACE": "the job's namespace",
     "TRAINJOBS_JOB_NAME": "the job's name",
     "TRAINJOBS_JOB_UID": "the job's uid (a new job of the same name is another job)",
@@ -79,7 +87,9 @@ def from_environment(env: Mapping[str, str] | None = None) -> Reporter:
     """A reporter configured by `env` (default: os.environ); disabled without a URL."""
     env = os.environ if env is None else env
     url = env.get(URL, "").strip()
-    return Reporter(identity(env), http_sender(url) if url else None,
+    sender = http_sender(url, env.get(TOKEN_FILE, "").strip(), env.get(CA, "").strip(),
+                         env.get(CA_FILE, "").strip()) if url else None
+    return Reporter(identity(env), sender,
                     interval=_seconds(env, INTERVAL, DEFAULT_INTERVAL),
                     timeout=_seconds(env, TIMEOUT, DEFAULT_TIMEOUT))
 

@@ -19,13 +19,12 @@ import logging
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Mapping
 
+from trainjobs_progress._http import Refused, Sender, Unsendable, http_sender
 from trainjobs_progress._wire import MAX_METRICS, VERSION, clean_metrics
 
-__all__ = ["Reporter", "Sender"]
+__all__ = ["Refused", "Reporter", "Sender", "http_sender"]
 
 log = logging.getLogger("trainjobs_progress")
 
@@ -36,44 +35,6 @@ DEFAULT_TIMEOUT = 2.0
 MAX_BACKOFF = 60.0
 MAX_INTERVAL = 300.0
 EXIT_FLUSH_SECONDS = 2.0
-
-# Sends one body; returns the reply's JSON object. Raises on any failure.
-Sender = Callable[[bytes, float], Dict[str, Any]]
-
-
-class Refused(Exception):
-    """The receiver answered with an error status (its message is the reason)."""
-
-
-def http_sender(url: str) -> Sender:
-    """POST to `url` with no proxy (the receiver is always a direct address: 127.0.0.1
-    locally, the operator's Service in a cluster)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-    def send(body: bytes, timeout: float) -> dict[str, Any]:
-        request = urllib.request.Request(url, data=body, method="POST", headers={
-            "Content-Type": "application/json", "User-Agent": f"trainjobs-progress/{VERSION}"})
-        try:
-            with opener.open(request, timeout=timeout) as reply:
-                data = reply.read(65536)
-        except urllib.error.HTTPError as exc:
-            raise Refused(f"HTTP {exc.code}: {_error_text(exc)}") from None
-        try:
-            parsed = json.loads(data.decode("utf-8")) if data else {}
-        except ValueError:
-            parsed = {}
-        return parsed if isinstance(parsed, dict) else {}
-
-    return send
-
-
-def _error_text(exc: urllib.error.HTTPError) -> str:
-    try:
-        body = json.loads(exc.read(4096).decode("utf-8"))
-        return str(body.get("error", exc.reason))
-    except Exception:
-        return str(exc.reason)
-
 
 class Reporter:
     """Reports of one process to one receiver. Thread-safe; every public method is total
@@ -198,6 +159,7 @@ class Reporter:
             self._lock.notify_all()
 
     def _run(self) -> None:
+        retried = False
         while True:
             with self._lock:
                 while True:
@@ -210,13 +172,19 @@ class Reporter:
                         self._lock.wait(wait)
                     else:
                         self._lock.wait()
+                state = self._pending
                 body = self._body()
                 self._pending = None
                 self._sending = True
-            ok = self._send(body)
+            delay, again = self._send(body, retry=not retried)
             with self._lock:
                 self._sending = False
-                self._backoff = 0.0 if ok else min(max(self._backoff * 2, 1.0), MAX_BACKOFF)
+                retried = again
+                if again and self._pending is None:
+                    self._pending = state  # once: the newest state, after Retry-After
+                if delay is None:  # unreachable
+                    delay = min(max(self._backoff * 2, 1.0), MAX_BACKOFF)
+                self._backoff = delay
                 self._next_send = self.clock() + max(self.interval, self._backoff)
                 self._lock.notify_all()
 
@@ -229,27 +197,42 @@ class Reporter:
                        **self._pending)
         return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
-    def _send(self, body: bytes) -> bool:
+    def _send(self, body: bytes, retry: bool) -> tuple[float | None, bool]:
+        """Send one body: (the seconds to wait before the next send, None while the
+        receiver is unreachable; whether to send this state again after them)."""
         assert self.sender is not None
         try:
             reply = self.sender(body, self.timeout)
         except Refused as exc:
+            wait = exc.retry_after
+            again = retry and wait is not None
+            if not again:
+                self.dropped += 1
+            if wait is not None:  # 429 too many, 503 a standby operator: come back later
+                then = ", then once again" if again else ""
+                self.warn_once(f"busy {exc.status}", f"the receiver cannot take reports now "
+                                                     f"({exc}); not sending for {wait:g}s{then}")
+                return wait, again
+            # 401/403 (the token), 4xx (the report): reachable, the next may be accepted
+            self.warn_once(f"refused {exc.status}", f"the receiver refused a report ({exc}); "
+                                                    f"it was dropped")
+            return 0.0, False
+        except Unsendable as exc:
             self.dropped += 1
-            self.warn_once("refused", f"the receiver refused a report ({exc}); "
-                                      f"it was dropped")
-            return True  # reachable: no back-off, the next report may well be accepted
+            self.warn_once("unsendable", f"{exc}; reports are dropped until it can be read")
+            return None, False
         except Exception as exc:
             self.dropped += 1
             self.warn_once("unreachable", f"cannot reach the progress receiver ({exc}); "
                                           f"reports are dropped until it answers")
-            return False
+            return None, False
         self.sent += 1
         self.last_reply = reply
         wanted = reply.get("interval")
         if isinstance(wanted, (int, float)) and not isinstance(wanted, bool) \
                 and self.interval < wanted <= MAX_INTERVAL:
             self.interval = float(wanted)
-        return True
+        return 0.0, False
 
 
 def _count(value: Any) -> int | None:

@@ -188,7 +188,7 @@ def test_the_kubernetes_backend_is_unchanged_and_refuses_progress() -> None:
             assert not any(v["name"].startswith(("TRAINJOBS_PROGRESS", "TRAINJOBS_JOB",
                                                  "TRAINJOBS_REPLICA"))
                            for v in container.get("env", []))
-    with pytest.raises(ValueError, match="only wired for the local backend"):
+    with pytest.raises(ValueError, match="needs a token audience"):
         render_job(job, framework, PLUGINS, progress=ProgressEndpoint("http://x", 1.0))
 
 

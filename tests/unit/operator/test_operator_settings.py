@@ -25,6 +25,7 @@ from trainjobs.operator.settings import (
     controller_config,
 )
 from trainjobs.plugin import ControllerConfig, config_section
+from trainjobs.testing._pki import make_serving_cert
 
 OPERATOR = Path(__file__).resolve().parents[3] / "trainjobs" / "operator"
 
@@ -185,3 +186,33 @@ def test_kueue_kubeflow_integration_defaults_to_auto_reading_kueues_configmap() 
         settings("--kueue-config-map", "kueue-config")
     with pytest.raises(SystemExit):  # argparse's own one-line usage error
         settings("--kueue-kubeflow-integration", "maybe")
+
+
+def test_progress_is_off_unless_listened_for_and_its_flags_are_checked(tmp_path: Path) -> None:
+    assert settings().progress is None and settings().controller.progress_endpoint is None
+    url = ("--progress-url", "https://trainjobs-progress.ops.svc:8443/v1/progress")
+    for flags, words in [
+        (("--progress-listen", "127.0.0.1:8443"), "needs --progress-url"),
+        (("--progress-listen", "0.0.0.0:8443", *url), "plain HTTP is served only on"),
+        (("--progress-listen", "nonsense", *url), "expected HOST:PORT"),
+        (("--progress-listen", "0.0.0.0:8443", *url, "--progress-tls-cert", "c"),
+         "go together"),
+        (("--progress-listen", "127.0.0.1:1", *url, "--progress-ca-file",
+          str(tmp_path / "missing")), "--progress-ca-file"),
+    ]:
+        with pytest.raises(TrainjobsError, match=words):
+            settings(*flags)
+    cert = make_serving_cert(tmp_path / "tls", subject="/CN=trainjobs-progress")
+    tls = ("--progress-tls-cert", str(cert.cert), "--progress-tls-key", str(cert.key))
+    with pytest.raises(TrainjobsError, match=r"--progress-tls-cert .* / --progress-tls-key"):
+        settings("--progress-listen", "0.0.0.0:8443", *url, "--progress-tls-cert",
+                 str(cert.cert), "--progress-tls-key", str(tmp_path / "missing"))
+    ca = cert.ca_cert
+    got = settings("--progress-listen", "0.0.0.0:8443", *url, *tls, "--progress-ca-file",
+                   str(ca), "--progress-interval", "10")
+    assert got.progress is not None and (got.progress.host, got.progress.port) == \
+        ("0.0.0.0", 8443)
+    endpoint = got.controller.progress_endpoint
+    assert endpoint is not None and endpoint.url == url[1] and endpoint.interval == 10.0
+    assert endpoint.audience == "trainjobs.io/progress" and endpoint.ca == ca.read_text()
+    assert endpoint.token_file == "/var/run/secrets/trainjobs.io/progress/token"

@@ -1,0 +1,182 @@
+"""Progress reports reaching the operator on a real control plane (issue 37.3).
+
+The operator runs with --progress-listen on 127.0.0.1 over TLS (a CA and certificate made
+here), so its pods get the progress environment, the CA and a projected token volume. The
+kubelet is KWOK's, which mounts nothing: the test mints each pod's token the way the kubelet
+would (`kubectl create token` bound to the pod, audience trainjobs.io/progress; the control
+plane signs service-account tokens) and reports through `trainjobs_progress` with the pod's
+own rendered environment. The API server's TokenReview decides: the pod's own job is
+accepted; another job's pod, a token of another audience, or none, is refused and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainjobs_progress import from_environment
+
+from tests.integration.operator_helpers import (
+    Namespace,
+    Operator,
+    Operators,
+    free_port,
+    job,
+    replica,
+    wait_for,
+)
+from trainjobs.testing._pki import make_serving_cert
+
+pytestmark = pytest.mark.integration
+
+AUDIENCE = "trainjobs.io/progress"
+TOKEN_DIR = "/var/run/secrets/trainjobs.io/progress"
+
+
+def mxjob(name: str) -> dict[str, Any]:
+    """An MxJob whose pods run until the test ends; they name the `default` ServiceAccount
+    (the test control plane runs without the ServiceAccount admission plugin, and a token is
+    bound only to a pod of its own ServiceAccount)."""
+    doc = job("MxJob", name, {"Scheduler": replica("MxJob"), "Server": replica("MxJob"),
+                              "Worker": replica("MxJob")})
+    for spec in doc["spec"]["replicaSpecs"].values():
+        spec["template"]["spec"]["serviceAccountName"] = "default"
+    return doc
+
+
+def mint(ns: Namespace, pod: dict[str, Any], audience: str = AUDIENCE) -> str:
+    out = ns.kubectl("create", "token", "default", f"--audience={audience}",
+                     "--bound-object-kind=Pod", f"--bound-object-name={pod['metadata']['name']}",
+                     f"--bound-object-uid={pod['metadata']['uid']}", "--duration=10m")
+    return out.stdout.strip()
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == "mxnet")
+    return {e["name"]: e["value"] for e in main["env"] if "value" in e}
+
+
+def post(url: str, ca: Path | None, doc: dict[str, Any], token: str | None
+         ) -> tuple[int, str]:
+    """One raw POST (to see the status the library turns into a warning)."""
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, json.dumps(doc).encode(), headers, method="POST")
+    context = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        retry = exc.headers.get("Retry-After")
+        return exc.code, json.loads(exc.read())["error"] + (f" [Retry-After {retry}]"
+                                                            if retry else "")
+
+
+def report_of(ns: Namespace, pod: dict[str, Any], step: int) -> dict[str, Any]:
+    env = env_of(pod)
+    return {"version": 1, "job": {"namespace": ns.name, "name": env["TRAINJOBS_JOB_NAME"],
+                                  "uid": env["TRAINJOBS_JOB_UID"]},
+            "replica": {"name": pod["metadata"]["name"], "type": "Worker", "index": 0},
+            "attempt": 0, "session": "s", "seq": step, "step": step}
+
+
+def wait_default_sa(ns: Namespace) -> None:
+    wait_for(lambda: ns.kubectl("get", "serviceaccount", "default", check=False)
+             .returncode == 0, "the default ServiceAccount", timeout=30)
+
+
+def reports(op: Operator) -> dict[str, float]:
+    return {dict(labels)["result"]: value for (name, labels), value in op.metrics().items()
+            if name == "trainjobs_progress_reports_total"}
+
+
+def test_reports_reach_the_operator_only_with_the_pods_own_token(
+        operators: Operators, bare_ns: Namespace, tmp_path: Path) -> None:
+    ns = bare_ns
+    wait_default_sa(ns)
+    ca = make_serving_cert(tmp_path / "ca", subject="/CN=trainjobs-progress-ca")
+    cert = make_serving_cert(tmp_path / "tls", subject="/CN=trainjobs-progress",
+                             ca_cert=ca.cert, ca_key=ca.key)
+    port = free_port()
+    url = f"https://127.0.0.1:{port}/v1/progress"
+    op = operators.start("--progress-listen", f"127.0.0.1:{port}", "--progress-url", url,
+                         "--progress-tls-cert", str(cert.cert), "--progress-tls-key",
+                         str(cert.key), "--progress-ca-file", str(ca.cert),
+                         "--progress-interval", "1")
+    ns.create(mxjob("mnist"))
+    ns.create(mxjob("other"))
+    wait_for(lambda: len(ns.pods("mnist")) == len(ns.pods("other")) == 3,
+             "the pods of both jobs", timeout=30)
+    pods = {p["metadata"]["name"]: p for name in ("mnist", "other") for p in ns.pods(name)}
+    worker, stranger = pods["mnist-worker-0"], pods["other-worker-0"]
+
+    # Every container got the contract, the CA inline and the token volume.
+    env = env_of(worker)
+    assert env["TRAINJOBS_PROGRESS_URL"] == url and env["TRAINJOBS_PROGRESS_INTERVAL"] == "1"
+    assert env["TRAINJOBS_PROGRESS_TOKEN_FILE"] == f"{TOKEN_DIR}/token"
+    assert env["TRAINJOBS_PROGRESS_CA"] == ca.cert.read_text()
+    assert env["TRAINJOBS_JOB_UID"] == worker["metadata"]["ownerReferences"][0]["uid"]
+    volume = next(v for v in worker["spec"]["volumes"] if v["name"] == "trainjobs-progress")
+    assert volume["projected"]["sources"][0]["serviceAccountToken"]["audience"] == AUDIENCE
+
+    # The pod's own token, through the library with the pod's environment: accepted.
+    token_file = tmp_path / "token"
+    token_file.write_text(mint(ns, worker))
+    reporter = from_environment({**env, "TRAINJOBS_PROGRESS_TOKEN_FILE": str(token_file)})
+    reporter.report(10, total=100, loss=0.5)
+    assert reporter.flush(10.0)
+    assert (reporter.sent, reporter.dropped) == (1, 0), op.tail()
+    assert reporter.last_reply == {"accepted": True, "interval": 1.0}
+    assert reports(op).get("accepted") == 1.0
+
+    doc = report_of(ns, worker, 20)
+    # Another job's pod reporting for this job, a token for another audience, none at all.
+    status, error = post(url, ca.cert, doc, mint(ns, stranger))
+    assert status == 403 and "belongs to job other" in error
+    status, error = post(url, ca.cert, doc, mint(ns, worker, audience="https://kubernetes"))
+    assert status == 401 and "token not accepted" in error
+    status, error = post(url, ca.cert, doc, None)
+    assert status == 401 and "no bearer token" in error
+    counted = reports(op)
+    assert (counted.get("forbidden"), counted.get("unauthenticated")) == (1.0, 2.0)
+    assert counted.get("accepted") == 1.0  # none of them was applied
+    assert op.logged(r"progress report refused \(403 forbidden\)")
+    assert not op.problems()
+
+
+def test_a_standby_refuses_with_503_and_applies_nothing(
+        operators: Operators, bare_ns: Namespace) -> None:
+    """Two operators with leader election, each serving progress (plain HTTP: loopback only):
+    the standby answers 503 with Retry-After and counts it; only the leader applies."""
+    ns = bare_ns
+    wait_default_sa(ns)
+    lease = ("--leader-elect", "--leader-election-namespace", ns.name,
+             "--leader-election-id", "progress", "--lease-duration", "4",
+             "--renew-deadline", "3", "--retry-period", "1")
+    urls = []
+    started = []
+    for name in ("leader", "standby"):
+        port = free_port()
+        urls.append(f"http://127.0.0.1:{port}/v1/progress")
+        started.append(operators.start(*lease, "--progress-listen", f"127.0.0.1:{port}",
+                                       "--progress-url", urls[-1], name=name))
+        if name == "leader":
+            started[0].wait_logged("became leader")
+    leader, standby = started
+    ns.create(mxjob("mnist"))
+    wait_for(lambda: ns.pod("mnist-worker-0"), "the worker pod", timeout=30)
+    worker = ns.pod("mnist-worker-0")
+    assert worker is not None
+    token = mint(ns, worker)
+    status, error = post(urls[1], None, report_of(ns, worker, 1), token)
+    assert status == 503 and "not the leader" in error and "[Retry-After 10]" in error
+    assert reports(standby) == {"standby": 1.0} and reports(leader) == {}
+    status, _ = post(urls[0], None, report_of(ns, worker, 1), token)
+    assert status == 200 and reports(leader) == {"accepted": 1.0}
+    assert not leader.problems() and not standby.problems()
