@@ -226,7 +226,8 @@ class Controller:
     async def start_gates(self) -> None:
         """Start every gate served here (operator/gates) and add its caches to ours."""
         context = GateContext(self.kube, self._namespaces, self.settings, self.events,
-                              self.queue.add, self._namespace_changed, self.clock)
+                              self.queue.add, self._namespace_changed, self.queue.add_after,
+                              self.clock)
         started = [gate for factory in self.gate_factories
                    if (gate := await factory.start(context)) is not None]
         self.gates = Gates(started)
@@ -413,7 +414,8 @@ class Controller:
         inputs = PlanInputs(pods, services, extras, gone or {},
                             create_refused=mem.gate.reason if mem.gate else "",
                             creates_held=mem.gate.wait() if mem.gate else 0.0,
-                            owed=owed, admission=verdict.admission, now=self.clock.now())
+                            owed=owed, admission=verdict.admission,
+                            progress=verdict.progress, now=self.clock.now())
         decision = await on_cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
                 plan, settings=self.planner_settings,

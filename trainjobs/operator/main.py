@@ -98,10 +98,6 @@ async def _run(settings: OperatorSettings, plugins: PluginManager) -> int:
             for w in waiters:
                 w.cancel()
         if not stop.is_set():
-            if store is not None:
-                # The leader applies reports from now on; the progress gate activates it
-                # again with its own callback when the controller runs it.
-                store.activate(lambda _key: None)
             tasks.append(asyncio.create_task(controller.run(), name="controller"))
             watched = [asyncio.create_task(stop.wait()), *tasks]
             if elector is not None:

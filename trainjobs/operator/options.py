@@ -111,6 +111,13 @@ def _add_progress_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-interval", type=float, default=5.0, metavar="SECONDS",
                    help="the fewest seconds between two reports of one replica process "
                         "(TRAINJOBS_PROGRESS_INTERVAL; default 5)")
+    p.add_argument("--progress-status-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="a change of a job's status.progress alone is written at most this "
+                        "often per job (default 30)")
+    p.add_argument("--progress-status-writes-per-second", type=float, default=20.0,
+                   metavar="N", help="and only within this many such writes per second for "
+                                     "all jobs together (default 20; a burst of one second's "
+                                     "worth)")
 
 
 def _names(text: str) -> tuple[str, ...]:

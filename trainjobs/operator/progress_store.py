@@ -28,8 +28,9 @@ DEFAULT_MAX_JOBS = 10_000
 
 @dataclass(frozen=True)
 class StoredProgress:
-    """A job's progress as the gate reads it, with when it last heard and last advanced
-    (timezone-aware UTC wall times)."""
+    """A job's progress as the gate reads it, with when it last heard and when training last
+    moved (a replica's step went up, or a replica's process reported for the first time:
+    `ProgressBoard.last_advance`, what the stall rule measures from); timezone-aware UTC."""
 
     view: JobProgress
     last_report: datetime
@@ -40,7 +41,6 @@ class StoredProgress:
 class _Entry:
     board: ProgressBoard
     job_key: str
-    furthest: int
     last_report: datetime
     last_progress: datetime
 
@@ -87,13 +87,14 @@ class ProgressStore:
             while len(self._jobs) >= self.max_jobs:
                 self._jobs.popitem(last=False)
                 self.evicted += 1
-            self._jobs[report.uid] = _Entry(board, job_key, report.step, now, now)
+            self._jobs[report.uid] = _Entry(board, job_key, now, now)
         else:
+            moved = entry.board.last_advance
             entry.board.apply(report, self.clock.monotonic())
             self._jobs.move_to_end(report.uid)
             entry.last_report, entry.job_key = now, job_key
-            if report.step > entry.furthest:
-                entry.furthest, entry.last_progress = report.step, now
+            if entry.board.last_advance != moved:
+                entry.last_progress = now
         self._on_report(job_key)
 
     def snapshot(self, uid: str) -> StoredProgress | None:

@@ -118,6 +118,8 @@ def build_settings(args: argparse.Namespace, plugins: PluginManager) -> Operator
             progress_endpoint=None if progress is None else progress.endpoint,
             namespaces=tuple(args.namespace), concurrency=args.concurrency,
             status_coalesce_seconds=args.status_coalesce,
+            progress_status_interval=args.progress_status_interval,
+            progress_status_writes_per_second=args.progress_status_writes_per_second,
             max_replicas_per_job=args.max_replicas_per_job, controller_config=config,
             multikueue_manager=args.multikueue_manager, kueue=kueue),
         http=HttpSettings(host or "0.0.0.0", int(port), args.ready_api_timeout),
@@ -155,6 +157,9 @@ def progress_settings(args: argparse.Namespace) -> ProgressSettings | None:
                                  f"--progress-tls-key {args.progress_tls_key}: {exc}") from None
     if not args.progress_interval > 0:
         raise TrainjobsError("--progress-interval must be positive")
+    for flag in ("progress_status_interval", "progress_status_writes_per_second"):
+        if not getattr(args, flag) > 0:
+            raise TrainjobsError(f"--{flag.replace('_', '-')} must be positive")
     ca = ""
     if args.progress_ca_file:
         try:

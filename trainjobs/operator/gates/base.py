@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from trainjobs.api.models import Job, JobStatus
 from trainjobs.core.admission import Admission
 from trainjobs.core.observed import ObservedPod
+from trainjobs.core.planner import ProgressSeen
 from trainjobs.core.render import RenderedJob
 from trainjobs.kube import Kube
 from trainjobs.kube.informer import Informer
@@ -41,17 +42,20 @@ class Verdict:
     the job (it does not manage it); otherwise the planner obeys it (not admitted: nothing is
     created, and running pods stop without a failure when it says evicted). `result`: when the
     gate wants the job looked at again (e.g. its own write was refused on stale data: with
-    back-off)."""
+    back-off). `progress`: what the job's replicas reported of training, for the planner's
+    stall rule (None: this gate knows nothing of it; the first gate that knows wins)."""
 
     admission: Admission | None = None
     result: Result = DONE
+    progress: ProgressSeen | None = None
 
 
 @dataclass(frozen=True)
 class GateContext:
     """What a gate may use: the API, the watched namespaces (None: all), the controller's
     settings, where Events go, how to ask for a job's (or a namespace's jobs') next pass when
-    something the gate watches changes, and the controller's clock."""
+    something the gate watches changes (now, or after some seconds: an earlier request for
+    the job wins), and the controller's clock."""
 
     kube: Kube
     namespaces: Sequence[str | None]
@@ -59,6 +63,7 @@ class GateContext:
     events: EventRecorder
     enqueue: Callable[[str], None]
     enqueue_namespace: Callable[[str], None]
+    enqueue_after: Callable[[str, float], None]
     clock: Clock = SYSTEM_CLOCK
 
 
@@ -138,17 +143,19 @@ class Gates:
                      pods: Sequence[ObservedPod]) -> Verdict:
         admitted: Admission | None = None
         refusing: Admission | None = None
+        progress: ProgressSeen | None = None
         result = DONE
         for gate in self.gates:
             verdict = await gate.decide(key, job, framework, desired, pods)
             result = result.merge(verdict.result)
+            progress = progress or verdict.progress
             if verdict.admission is None:
                 continue
             if not verdict.admission.admitted:
                 refusing = refusing or verdict.admission
             else:
                 admitted = admitted or verdict.admission
-        return Verdict(refusing or admitted, result)
+        return Verdict(refusing or admitted, result, progress)
 
     def annotate(self, key: str, uid: str, status: JobStatus) -> JobStatus:
         for gate in self.gates:
