@@ -12,7 +12,10 @@ accepted; another job's pod, a token of another audience, or none, is refused an
 from __future__ import annotations
 
 import json
+import os
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,6 +28,7 @@ from tests.integration.operator_helpers import (
     Namespace,
     Operator,
     Operators,
+    condition,
     free_port,
     job,
     replica,
@@ -180,3 +184,83 @@ def test_a_standby_refuses_with_503_and_applies_nothing(
     status, _ = post(urls[0], None, report_of(ns, worker, 1), token)
     assert status == 200 and reports(leader) == {"accepted": 1.0}
     assert not leader.problems() and not standby.problems()
+
+
+def cli(ns: Namespace, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "trainjobs.cli", *args, "-n", ns.name,
+                           "--kubeconfig", str(ns.plane.kubeconfig)], capture_output=True,
+                          text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"})
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    return done.stdout
+
+
+def progress_of(ns: Namespace, name: str) -> dict[str, Any]:
+    progress: dict[str, Any] = ns.status("MxJob", name).get("progress") or {}
+    return progress
+
+
+def test_progress_reaches_the_status_survives_a_restart_and_a_stall_restarts_the_job(
+        operators: Operators, bare_ns: Namespace, tmp_path: Path) -> None:
+    """Issue 37.4, 37.5, 37.7 end to end: a replica reports through `trainjobs_progress` with
+    its pod's bound token; status.progress, kubectl's columns and the CLI show it; the
+    operator SIGKILLed and started again keeps it (the status carries it) and applies the
+    next report once; then the replica goes quiet and the job's progressDeadlineSeconds
+    (Restart) marks it Stalled, says so in an Event and restarts every replica, counted once."""
+    ns = bare_ns
+    wait_default_sa(ns)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1/progress"
+    flags = ("--progress-listen", f"127.0.0.1:{port}", "--progress-url", url,
+             "--progress-interval", "1", "--progress-status-interval", "1")
+    op = operators.start(*flags)
+    doc = mxjob("mnist")
+    doc["spec"]["runPolicy"] = {"progressDeadlineSeconds": 15,
+                                "progressDeadlineAction": "Restart", "backoffLimit": 3}
+    ns.create(doc)
+    ns.wait_state("MxJob", "mnist", "Running")
+    worker = ns.pod("mnist-worker-0")
+    assert worker is not None
+    token_file = tmp_path / "token"
+    token_file.write_text(mint(ns, worker))
+    reporter = from_environment({**env_of(worker),
+                                 "TRAINJOBS_PROGRESS_TOKEN_FILE": str(token_file)})
+    reporter.report(10, total=100, loss=0.5)
+    assert reporter.flush(10.0) and reporter.dropped == 0, op.tail()
+    progress = wait_for(lambda: (p := progress_of(ns, "mnist")).get("step") == 10 and p,
+                        lambda: f"status.progress: {ns.status('MxJob', 'mnist')}", timeout=20)
+    assert (progress["summary"], progress["replica"], progress["metrics"]) == \
+        ("10/100 (10%)", "mnist-worker-0", {"loss": 0.5})
+    table = ns.kubectl("get", "mxjob", "mnist").stdout
+    assert "PROGRESS" in table.splitlines()[0] and "10/100 (10%)" in table, table
+    listed = cli(ns, "list")
+    assert "PROGRESS" in listed and "10/100 (10%)" in listed, listed
+    assert "step 10/100 (10%)" in cli(ns, "status", "mxjob/mnist")
+
+    # A new operator process (the old one killed): the status still has step 10; the next
+    # report is applied once.
+    op.kill()
+    op = operators.start(*flags)
+    assert progress_of(ns, "mnist")["step"] == 10
+    reporter.report(11, total=100, loss=0.25)
+    assert reporter.flush(10.0) and reporter.dropped == 0, op.tail()
+    wait_for(lambda: progress_of(ns, "mnist").get("step") == 11,
+             lambda: f"step 11: {ns.status('MxJob', 'mnist')}", timeout=20)
+    assert reports(op) == {"accepted": 1.0}
+    reporter.close()
+
+    # Quiet from now on: 15 s after step 11 the job is Stalled and every replica restarts.
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in ns.pods("mnist")}
+    ns.wait_event("mnist", "ProgressDeadlineExceeded", timeout=40)
+    stalled = wait_for(lambda: condition(ns.status("MxJob", "mnist"), "Stalled"),
+                       "the Stalled condition", timeout=10)
+    assert stalled["reason"] == "ProgressDeadlineExceeded" and "step 11" in stalled["message"]
+    wait_for(lambda: all(p["metadata"]["uid"] != uids.get(p["metadata"]["name"])
+                         for p in ns.pods("mnist")) and len(ns.pods("mnist")) == 3,
+             lambda: f"every pod recreated: {ns.pod_summary('mnist')}", timeout=30)
+    status = ns.wait_state("MxJob", "mnist", "Running")
+    assert status["replicaStatuses"]["Worker"]["restarts"] == 1, status
+    cleared = wait_for(lambda: (c := condition(ns.status("MxJob", "mnist"), "Stalled"))
+                       and c["status"] == "False" and c, "Stalled False again", timeout=20)
+    assert cleared["reason"] == "Restarted"
+    assert not op.problems()
