@@ -16,8 +16,11 @@ import os
 import ssl
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -263,4 +266,60 @@ def test_progress_reaches_the_status_survives_a_restart_and_a_stall_restarts_the
     cleared = wait_for(lambda: (c := condition(ns.status("MxJob", "mnist"), "Stalled"))
                        and c["status"] == "False" and c, "Stalled False again", timeout=20)
     assert cleared["reason"] == "Restarted"
+    assert not op.problems()
+
+
+def test_a_flood_from_one_pod_is_throttled_while_another_jobs_progress_keeps_moving(
+        operators: Operators, bare_ns: Namespace, tmp_path: Path) -> None:
+    """Issue 37.6: one pod posts as fast as 4 threads can (valid reports, its own token)
+    while another job's replica reports once a second: the flood is answered 429 beyond the
+    per-pod bucket (5/s, burst 10), and the other job's status.progress follows every step."""
+    ns = bare_ns
+    wait_default_sa(ns)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1/progress"
+    op = operators.start("--progress-listen", f"127.0.0.1:{port}", "--progress-url", url,
+                         "--progress-interval", "1", "--progress-status-interval", "1")
+    ns.create(mxjob("flood"))
+    ns.create(mxjob("calm"))
+    wait_for(lambda: ns.pod("flood-worker-0") and ns.pod("calm-worker-0"), "the workers",
+             timeout=30)
+    flooder, calm = ns.pod("flood-worker-0"), ns.pod("calm-worker-0")
+    assert flooder is not None and calm is not None
+    flood_token = mint(ns, flooder)
+    token_file = tmp_path / "calm-token"
+    token_file.write_text(mint(ns, calm))
+    reporter = from_environment({**env_of(calm), "TRAINJOBS_PROGRESS_TOKEN_FILE":
+                                 str(token_file)})
+    answers: Counter[int] = Counter()
+    stop = threading.Event()
+
+    def flood() -> None:
+        step = 0
+        while not stop.is_set():
+            step += 1
+            status, _ = post(url, None, report_of(ns, flooder, step), flood_token)
+            answers[status] += 1
+
+    threads = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    try:
+        for step in range(1, 7):
+            reporter.report(step, total=6)
+            assert reporter.flush(10.0) and reporter.dropped == 0, op.tail()
+            wait_for(lambda s=step: progress_of(ns, "calm").get("step") == s,
+                     lambda s=step: f"calm at step {s}: {progress_of(ns, 'calm')}",
+                     timeout=10)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        reporter.close()
+    seconds = time.monotonic() - started
+    assert answers[429] > answers[200], answers
+    assert answers[200] <= 10 + 5 * seconds + 1, (answers, seconds)
+    assert set(answers) <= {200, 429}, answers
+    assert reports(op)["throttled"] == answers[429]
     assert not op.problems()
