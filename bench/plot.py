@@ -1,7 +1,7 @@
 """PNG plots of the benchmark results (matplotlib, a bench-only dependency).
 
-    python -m bench.plot                      # docs/benchmarks/{fanout,scale}.json -> PNGs
-    python -m bench.plot --fanout F.json --scale S.json --outdir DIR
+    python -m bench.plot                      # docs/benchmarks/{fanout,scale,progress}.json
+    python -m bench.plot --fanout F.json --scale S.json --progress P.json --outdir DIR
 """
 
 from __future__ import annotations
@@ -134,10 +134,42 @@ def plot_scale(data: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def plot_progress(data: dict[str, Any], out: Path) -> Path:
+    """bench.progress: the report-to-status latency's distribution, and the reports per
+    second accepted steadily and at saturation."""
+    plt = _matplotlib()
+    results, params = data["results"], data["params"]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    points = results["steady"]["latency_cdf"]
+    ax.plot([p[0] for p in points], [100 * p[1] for p in points], color="tab:blue")
+    ax.axvline(params["status_interval"], color="tab:gray", linestyle="--",
+               label=f"--progress-status-interval {params['status_interval']:g} s")
+    ax.set_title(f"report to status.progress ({params['jobs']} jobs, one report each every "
+                 f"{params['report_every']:g} s)")
+    ax.set_xlabel("seconds from a report's send until the job's status shows its step")
+    ax.set_ylabel("% of accepted reports")
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    bars = {"steady": results["steady"]["accepted_per_second"],
+            "saturation": results["saturation"]["accepted_per_second"]}
+    ax2.bar(list(bars), list(bars.values()), color=["tab:blue", "tab:orange"])
+    for i, value in enumerate(bars.values()):
+        ax2.text(i, value, f"{value:.0f}/s", ha="center", va="bottom")
+    busy = results["saturation"]["operator_cpu_busy"]
+    ax2.set_title(f"reports accepted per second (operator on one CPU, {100 * busy:.0f}% busy "
+                  "at saturation)")
+    ax2.set_ylabel("reports / s")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.plot", description=__doc__)
     p.add_argument("--fanout", type=Path, default=RESULTS_DIR / "fanout.json")
     p.add_argument("--scale", type=Path, default=RESULTS_DIR / "scale.json")
+    p.add_argument("--progress", type=Path, default=RESULTS_DIR / "progress.json")
     p.add_argument("--outdir", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     args.outdir.mkdir(parents=True, exist_ok=True)
@@ -149,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(args.scale.read_text())
         if "probes_full" in data or any("probes_full" in r for r in data.get("rounds", [])):
             done.append(plot_scale(data, args.outdir / "scale.png"))
+    if args.progress.exists():
+        done.append(plot_progress(json.loads(args.progress.read_text()),
+                                  args.outdir / "progress.png"))
     for path in done:
         print(path)
     if not done:

@@ -177,6 +177,19 @@ def latencies(sent: list[tuple[int, int, float]], seen: dict[int, list[tuple[flo
     return out, missing
 
 
+def cdf(values: list[float], points: int = 200) -> list[tuple[float, float]]:
+    """(value, fraction at or below it) at up to `points` evenly spaced ranks: enough to
+    plot the distribution (bench.plot), small enough to keep in the results."""
+    ordered = sorted(values)
+    if not ordered:
+        return []
+    step = max(1, len(ordered) // points)
+    marks = list(range(step - 1, len(ordered), step))
+    if marks[-1] != len(ordered) - 1:
+        marks.append(len(ordered) - 1)
+    return [(round(ordered[i], 3), round((i + 1) / len(ordered), 4)) for i in marks]
+
+
 async def create_jobs(api: Api, n: int) -> None:
     def job(i: int) -> dict[str, Any]:
         doc = tfjob(f"p-{i:05d}", NAMESPACE, workers=0, chief_run=None, worker_run=None)
@@ -315,7 +328,8 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 "seconds_reporting": sent_until - start, "seconds_measured": elapsed,
                 "answers": dict(reporter.answers),
                 "accepted_per_second": accepted / (sent_until - start),
-                "latency_s": stats(lat), "reports_not_shown": missing,
+                "latency_s": stats(lat), "latency_cdf": cdf(lat),
+                "reports_not_shown": missing,
                 "status_writes": writes,
                 "status_writes_per_job_per_minute": writes / args.jobs / (elapsed / 60),
                 "operator_cpu_s": cpu,
