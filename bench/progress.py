@@ -315,8 +315,9 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             start = time.monotonic()
             await steady(reporter, args.jobs, args.report_every, args.phase_seconds)
             sent_until = time.monotonic()
-            # Reports of the last interval may still be written: wait one interval more.
-            await asyncio.sleep(args.status_interval + 5)
+            # Reports of the last round may still be written: wait one round more (the
+            # interval, or the budget's round over every job when that is longer).
+            await asyncio.sleep(max(args.status_interval, args.jobs / args.status_writes) + 5)
             after = operator.footprint()
             lat, missing = latencies(reporter.sent, watch.seen, time.monotonic())
             accepted = reporter.answers[200]

@@ -35,16 +35,15 @@ REASON = "ProgressDeadlineExceeded"
 def _stall(state: _State, pods: Sequence[ObservedPod], progress: ProgressSeen | None) -> bool:
     """Decide on a stall this pass; whether every replica must start again (Restart), which
     the caller carries out (a new attempt, or `restart_stalled` per pod)."""
-    job = state.job
-    policy = job.spec.run_policy
+    policy = state.job.spec.run_policy
     deadline = policy.progress_deadline_seconds
     stalled = _stalled_condition(state)
-    running = _running_since(state)
-    if deadline is None:
+    if deadline is None:  # (every job without a deadline: one look at its conditions)
         if stalled is not None:
             _set_stalled(state, "False", "ProgressDeadlineRemoved",
                          "runPolicy.progressDeadlineSeconds was removed")
         return False
+    running = _running_since(state)
     if running is None:
         return False  # not Running (restarting, queued): the clock starts when it runs again
     last = progress.last_progress if progress is not None else None
