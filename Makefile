@@ -20,7 +20,7 @@ demo:
 	@venv=$$(scripts/dev-venv.sh); mx=$$(scripts/framework-venv.sh mxnet); \
 	PATH="$$mx/bin:$$PATH" "$$venv/bin/trainjobs" run examples/mxnet/dist-sync.yaml
 
-## make bench: the benchmarks of docs/benchmarks.md (about 80 minutes on 2 CPUs); results and
+## make bench: the benchmarks of docs/benchmarks.md (about 90 minutes on 2 CPUs); results and
 ## plots go to docs/benchmarks/. BENCH_ARGS reach both programs (e.g. BENCH_ARGS=--help).
 BENCH_ARGS ?=
 bench:
@@ -29,6 +29,7 @@ bench:
 	"$$venv/bin/python" -m bench.fanout $(BENCH_ARGS); \
 	"$$venv/bin/python" -m bench.scale $(BENCH_ARGS); \
 	"$$venv/bin/python" -m bench.gcpause; \
+	"$$venv/bin/python" -m bench.progress $(BENCH_ARGS); \
 	"$$venv/bin/python" -m bench.plot
 
 ## make chaos: the long chaos scenarios of tests/chaos (SIGKILL storm of 200 jobs, API server

@@ -144,6 +144,10 @@ def plot_progress(data: dict[str, Any], out: Path) -> Path:
     ax.plot([p[0] for p in points], [100 * p[1] for p in points], color="tab:blue")
     ax.axvline(params["status_interval"], color="tab:gray", linestyle="--",
                label=f"--progress-status-interval {params['status_interval']:g} s")
+    rounds = params["jobs"] / params["status_writes"]
+    ax.axvline(rounds, color="tab:red", linestyle=":",
+               label=f"{params['jobs']} jobs / {params['status_writes']:g} writes/s = "
+                     f"{rounds:g} s")
     ax.set_title(f"report to status.progress ({params['jobs']} jobs, one report each every "
                  f"{params['report_every']:g} s)")
     ax.set_xlabel("seconds from a report's send until the job's status shows its step")
@@ -156,7 +160,7 @@ def plot_progress(data: dict[str, Any], out: Path) -> Path:
     for i, value in enumerate(bars.values()):
         ax2.text(i, value, f"{value:.0f}/s", ha="center", va="bottom")
     busy = results["saturation"]["operator_cpu_busy"]
-    ax2.set_title(f"reports accepted per second (operator on one CPU, {100 * busy:.0f}% busy "
+    ax2.set_title(f"reports accepted / s (operator on one CPU,\n{100 * busy:.0f}% of it busy "
                   "at saturation)")
     ax2.set_ylabel("reports / s")
     fig.tight_layout()
