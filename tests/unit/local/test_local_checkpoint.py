@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ while True:
     step += 1
     progress.report(step, total=100000)
     print("step", step, flush=True)
-    if step == 3:
+    if step == 3 or (AGAIN and step == 6):
         os.kill(os.getppid(), signal.SIGINT)
     if ANSWER and progress.checkpoint_requested():
         print("saving", step, flush=True)  # trainjobs stops us once it has the answer
@@ -60,9 +61,9 @@ while True:
 """
 
 
-def _job(tmp_path: Path, answer: bool, timeout: int | None) -> Path:
+def _job(tmp_path: Path, answer: bool, timeout: int | None, again: bool = False) -> Path:
     program = tmp_path / "train.py"
-    program.write_text(f"ANSWER = {answer}\n" + PROGRAM)
+    program.write_text(f"ANSWER = {answer}\nAGAIN = {again}\n" + PROGRAM)
     doc: Doc = caffe2job("solo", workers=1)
     doc["spec"]["replicaSpecs"]["Worker"] = replica(1, template(container(
         "caffe2", command=[sys.executable, str(program)])))
@@ -176,3 +177,15 @@ def test_without_checkpoint_timeout_sigint_stops_at_once_as_before(
     assert "SIGINT: stopping every replica" in out
     assert "for a checkpoint" not in out and "resume with" not in out
     assert "saving" not in _log(tmp_path)[0].read_text()
+
+
+def test_a_second_sigint_stops_at_once(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    job = _job(tmp_path, answer=False, timeout=60, again=True)
+    started = time.monotonic()
+    assert _run(tmp_path, job) == 130
+    out = capsys.readouterr().out
+    assert "asking solo-worker-0 for a checkpoint" in out
+    assert "SIGINT again: stopping every replica now" in out
+    assert "no checkpoint was saved" not in out and "resume with" not in out
+    assert time.monotonic() - started < 30  # not the 60 s bound

@@ -10,6 +10,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import pytest
 import trainjobs_progress
 from trainjobs_progress import from_environment
@@ -174,5 +175,31 @@ async def test_the_exchange_between_the_real_client_and_the_local_receiver() -> 
         assert receiver.refused == refused  # not asked: the client sent nothing
         saver.close(0.1)
         other.close(0.1)
+    finally:
+        await receiver.stop()
+
+
+async def test_the_receiver_refuses_a_stale_answer_409_and_applies_nothing_of_it() -> None:
+    board = ProgressBoard("local", "mnist", "u1")
+    receiver = ProgressReceiver(board, lambda: None, interval=0.05)
+    await receiver.start()
+    try:
+        asked = receiver.desk.request("mnist-worker-0", 0)
+        async with aiohttp.ClientSession() as http:
+            async def post(data: bytes) -> tuple[int, Any]:
+                async with http.post(receiver.endpoint.url, data=data,
+                                     headers={"Content-Type": "application/json"}) as r:
+                    return r.status, await r.json()
+
+            assert await post(raw(step=5)) == (200, {"accepted": True, "interval": 0.05,
+                                                     "checkpoint": {"id": asked.id}})
+            status, reply = await post(ack(id=asked.id + 1, step=9))
+            assert status == 409 and "was not asked for" in reply["error"]
+            view = board.view()
+            assert view is not None and view.step == 5  # the refused report changed nothing
+            assert receiver.desk.pending == asked
+            assert (await post(ack(id=asked.id, step=9)))[0] == 200
+            assert receiver.desk.saved is not None and receiver.desk.saved.step == 9
+            assert await post(raw(step=11)) == (200, {"accepted": True, "interval": 0.05})
     finally:
         await receiver.stop()
