@@ -12,7 +12,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainjobs.errors import PluginRefused, ProgramMissing, SpecInvalid, TrainjobsError
+from trainjobs.errors import (
+    NoCheckpoint,
+    PluginRefused,
+    ProgramMissing,
+    SpecInvalid,
+    TrainjobsError,
+)
 from trainjobs.yamlio import dump_all, ignored_note
 
 __all__ = ["main"]
@@ -162,6 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ProgramMissing as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_PROGRAM_MISSING
+    except NoCheckpoint as exc:  # `run --resume` with nothing to resume from: nothing ran
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     except TrainjobsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -57,6 +57,11 @@ class ProgramMissing(TrainjobsError):
     job's fault, nor its failure. The message says how to get it."""
 
 
+class NoCheckpoint(TrainjobsError):
+    """`trainjobs run --resume`: no saved checkpoint of the job to resume from (or an
+    unreadable one). The message names where it looked."""
+
+
 class PluginError(TrainjobsError):
     """A plugin failed to load, declared something inconsistent, or broke a hook's contract."""
 

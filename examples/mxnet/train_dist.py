@@ -17,6 +17,16 @@ advertises; locally the runner sets DMLC_NODE_HOST=127.0.0.1.
 Workers report their progress (step, loss) to trainjobs with ``trainjobs_progress``'s MXNet
 batch-end callback. Every replica ends with one line ``TRAINJOBS_RESULT {json}``; exit status
 0 on success.
+
+Checkpoint, then stop (``--checkpoint-dir DIR``, with the job's
+``runPolicy.checkpointTimeoutSeconds``): when trainjobs asks (``checkpoint_requested()``,
+only ever asked of worker 0), worker 0 saves its parameters after the step it just finished
+(``save_parameters``; after the pull they are the servers' copy, the same on every worker),
+answers ``checkpoint_saved(step, path)`` and trains on until it is stopped. A resumed run
+(``last_checkpoint()``: ``trainjobs run --resume``) has every worker load that file before
+the kvstore is initialised (so whichever worker has rank 0 broadcasts the saved values) and
+train from the saved step + 1 to ``--steps``. The optimizer's momentum lives on the servers
+(update_on_kvstore) and is not saved: it starts again from zero on resume.
 """
 
 from __future__ import annotations
@@ -114,6 +124,7 @@ def make_data(n: int, d: int):
 def run_worker(c: dict[str, object], args: argparse.Namespace) -> int:
     import mxnet as mx
     import numpy as np
+    import trainjobs_progress
     from mxnet import autograd, gluon
     from trainjobs_progress.mxnet import BatchEndCallback
 
@@ -136,6 +147,15 @@ def run_worker(c: dict[str, object], args: argparse.Namespace) -> int:
     net.add(gluon.nn.Dense(16, activation="tanh"), gluon.nn.Dense(1))
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())
     net(mx.nd.array(x[:1]))  # materialise shapes
+    start = 1
+    last = trainjobs_progress.last_checkpoint()
+    if last is not None:
+        # Every worker loads the same file before the kvstore's first init (the trainer's
+        # first step), so the values broadcast from rank 0 are the saved ones whichever
+        # worker rank 0 is.
+        net.load_parameters(last["uri"], ctx=mx.cpu())
+        start = last["step"] + 1
+        log(f"worker {c['index']}: resumed from step {last['step']} ({last['uri']})")
     trainer = gluon.Trainer(
         net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv
     )
@@ -145,8 +165,9 @@ def run_worker(c: dict[str, object], args: argparse.Namespace) -> int:
     # Progress to trainjobs, through the callback Module.fit would call after each batch.
     metric = mx.metric.Loss()
     report_progress = BatchEndCallback(total=args.steps)
+    report_progress.step = start - 1  # the callback counts batches from here
     first = final = None
-    for step in range(1, args.steps + 1):
+    for step in range(start, args.steps + 1):
         with autograd.record():
             loss = loss_fn(net(xb), yb)
         loss.backward()
@@ -160,6 +181,14 @@ def run_worker(c: dict[str, object], args: argparse.Namespace) -> int:
         metric.update(None, [loss])
         report_progress(mx.model.BatchEndParam(epoch=0, nbatch=step - 1, eval_metric=metric,
                                                locals=None))
+        if args.checkpoint_dir and trainjobs_progress.checkpoint_requested():
+            path = os.path.abspath(os.path.join(args.checkpoint_dir, f"mlp-{step:06d}.params"))
+            os.makedirs(args.checkpoint_dir, exist_ok=True)
+            net.save_parameters(path)
+            log(f"worker {c['index']}: checkpoint at step {step}: {path}")
+            trainjobs_progress.checkpoint_saved(step, path)  # then trainjobs stops us
+        if args.step_delay:
+            time.sleep(args.step_delay)
 
     # Weights after the last pull are the servers' copy: identical on every worker.
     params = [p.data().asnumpy() for p in net.collect_params().values()]
@@ -173,6 +202,7 @@ def run_worker(c: dict[str, object], args: argparse.Namespace) -> int:
         rank=rank,
         num_workers=nworkers,
         steps=args.steps,
+        first_step=start,
         first_loss=first,
         final_loss=final,
         full_data_loss=full_loss,
@@ -188,6 +218,10 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--samples", type=int, default=512)
     ap.add_argument("--features", type=int, default=8)
+    ap.add_argument("--checkpoint-dir", default="",
+                    help="worker 0 saves here when trainjobs asks for a checkpoint")
+    ap.add_argument("--step-delay", type=float, default=0.0,
+                    help="seconds to sleep after each step (to interrupt a demo by hand)")
     args = ap.parse_args()
     c = contract()
     if c["role"] == "worker":

@@ -15,6 +15,14 @@ end, the final parameters.
 Per step: ``chief 0 step N loss X`` and a progress report (``trainjobs_progress.report``).
 At the end: ``TRAINJOBS_RESULT {json}``. Exit 0 on success; with ``--steps`` small and
 everything local it runs in seconds.
+
+Checkpoint, then stop (``--checkpoint-dir DIR``, with the job's
+``runPolicy.checkpointTimeoutSeconds``): the chief is the replica trainjobs asks; on
+``checkpoint_requested()`` it saves the variables (read from the ps tasks) through
+``tf.train.CheckpointManager`` numbered by the step just finished, answers
+``checkpoint_saved(step, path)`` and trains on until stopped. Resumed (``last_checkpoint()``,
+``trainjobs run --resume``), it restores them with ``tf.train.Checkpoint.restore`` and trains
+from the saved step + 1 to ``--steps``; the input pipeline starts again from its beginning.
 """
 
 from __future__ import annotations
@@ -41,6 +49,10 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--samples", type=int, default=2048)
     ap.add_argument("--features", type=int, default=8)
+    ap.add_argument("--checkpoint-dir", default="",
+                    help="the chief saves here when trainjobs asks for a checkpoint")
+    ap.add_argument("--step-delay", type=float, default=0.0,
+                    help="seconds to sleep after each step (to interrupt a demo by hand)")
     args = ap.parse_args()
 
     if not os.environ.get("TF_CONFIG"):
@@ -90,6 +102,15 @@ def main() -> int:
         ]
     devices = sorted({v.device for v in params})
     log(f"{task_type} {task_id}: variables placed on {devices}")
+    checkpoint = tf.train.Checkpoint(w1=params[0], b1=params[1], w2=params[2], b2=params[3])
+    start = 1
+    last = trainjobs_progress.last_checkpoint()
+    if last is not None:
+        checkpoint.restore(last["uri"]).assert_existing_objects_matched()
+        start = last["step"] + 1
+        log(f"{task_type} {task_id}: resumed from step {last['step']} ({last['uri']})")
+    manager = tf.train.CheckpointManager(checkpoint, args.checkpoint_dir, max_to_keep=3) \
+        if args.checkpoint_dir else None
 
     def model(xb: tf.Tensor) -> tf.Tensor:
         return tf.matmul(tf.tanh(tf.matmul(xb, params[0]) + params[1]), params[2]) + params[3]
@@ -115,12 +136,18 @@ def main() -> int:
         return strategy.run(replica_fn, args=(xb, yb))
 
     losses: list[float] = []
-    for step in range(1, args.steps + 1):
+    for step in range(start, args.steps + 1):
         remote = coordinator.schedule(train_step, args=(per_worker_iter,))
-        value = float(remote.fetch())
+        value = float(remote.fetch())  # this step's update is applied on the ps tasks
         losses.append(value)
         log(f"{task_type} {task_id} step {step} loss {value:.6f}")
         trainjobs_progress.report(step, total=args.steps, loss=value)  # the coordinator's view
+        if manager is not None and trainjobs_progress.checkpoint_requested():
+            path = os.path.abspath(manager.save(checkpoint_number=step))
+            log(f"{task_type} {task_id}: checkpoint at step {step}: {path}")
+            trainjobs_progress.checkpoint_saved(step, path)  # then trainjobs stops us
+        if args.step_delay:
+            time.sleep(args.step_delay)
     coordinator.join()
 
     values = [v.numpy() for v in params]  # read back from the ps tasks
@@ -138,6 +165,7 @@ def main() -> int:
                 "num_workers": len(jobs["worker"]),
                 "num_ps": len(jobs["ps"]),
                 "steps": args.steps,
+                "first_step": start,
                 "first_loss": losses[0],
                 "final_loss": losses[-1],
                 "full_data_loss": full_loss,

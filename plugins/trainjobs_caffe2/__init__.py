@@ -108,6 +108,11 @@ def run_id(job: Job) -> str:
 class Caffe2Plugin(FrameworkPlugin):
     framework = CAFFE2
 
+    def checkpoint_replica(self, job: Job) -> Replica | None:
+        """Shard 0 (Worker 0): data-parallel shards hold the same parameters."""
+        key = next(iter(job.spec.replica_specs), None)
+        return None if key is None else Replica(key, 0)
+
     def validate(self, job: Job) -> list[SpecError]:
         spec: Caffe2JobSpec = job.spec  # type: ignore[assignment]
         backend = effective_backend(job)

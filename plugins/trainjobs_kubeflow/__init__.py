@@ -282,6 +282,11 @@ class KubeflowPlugin:
         return served.part.succeeded(job, outcomes) if served is not None else None
 
     @hookimpl
+    def trainjobs_checkpoint_replica(self, job: Job, framework: Framework) -> Replica | None:
+        served = SERVED.get(job.kind)
+        return served.part.checkpoint_replica(job) if served is not None else None
+
+    @hookimpl
     def trainjobs_adjust_pod(self, job: Job, replica: Replica, pod: dict[str, Any],
                              ctx: RenderContext) -> None:
         served = SERVED.get(job.kind)

@@ -56,6 +56,14 @@ MXNET = Framework(
 class MxNetPlugin(FrameworkPlugin):
     framework = MXNET
 
+    def checkpoint_replica(self, job: Job) -> Replica | None:
+        """Worker 0: in dist_sync every worker holds the same parameters after a step."""
+        for key in job.spec.replica_specs:
+            rtype = self.framework.replica_type(key)
+            if rtype is not None and rtype.name == "Worker":
+                return Replica(key, 0)
+        return None
+
     def replica_env(self, job: Job, replica: Replica, ctx: RenderContext) -> ReplicaEnv:
         layout = ctx.cluster
         keys = {MXNET.replica_type(k).name: k  # type: ignore[union-attr]

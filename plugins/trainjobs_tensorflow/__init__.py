@@ -119,6 +119,19 @@ def master_replica(job: Job) -> Replica | None:
 class TensorFlowPlugin(FrameworkPlugin):
     framework = TENSORFLOW
 
+    def checkpoint_replica(self, job: Job) -> Replica | None:
+        """The Chief (or Master), as TensorFlow's own convention has the chief save; else
+        Worker 0. A job of only PS and Evaluator has none."""
+        keys = {}
+        for key, rspec in job.spec.replica_specs.items():
+            rtype = self.framework.replica_type(key)
+            if rtype is not None and rspec.replicas > 0:
+                keys[rtype.name] = key
+        for name in ("Chief", "Worker"):
+            if name in keys:
+                return Replica(keys[name], 0)
+        return None
+
     def validate(self, job: Job) -> list[SpecError]:
         chief, worker = _key_of(job, "Chief"), _key_of(job, "Worker")
         deciders = [k for k in (chief, worker) if k and job.spec.replica_specs[k].replicas > 0]

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,13 +77,15 @@ def env_with(venv: Path) -> dict[str, str]:
 
 @pytest.fixture
 def run_job(tmp_path: Path) -> Iterator[Callable[..., RunResult]]:
-    """Run `trainjobs run JOB` to completion (or `timeout`), with `venv` on PATH."""
+    """Run `trainjobs run [FLAGS] JOB` to completion (or `timeout`), with `venv` on PATH."""
     started: list[subprocess.Popen[str]] = []
 
     def run(job: Path, venv: Path, timeout: float = 600,
-            on_line: Callable[[str, subprocess.Popen[str]], None] | None = None) -> RunResult:
+            on_line: Callable[[str, subprocess.Popen[str]], None] | None = None,
+            flags: Sequence[str] = ()) -> RunResult:
         proc = subprocess.Popen(
-            [str(TRAINJOBS), "run", "--no-color", "--run-dir", str(tmp_path / "runs"), str(job)],
+            [str(TRAINJOBS), "run", "--no-color", "--run-dir", str(tmp_path / "runs"), *flags,
+             str(job)],
             cwd=tmp_path, env=env_with(venv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
         started.append(proc)

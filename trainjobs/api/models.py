@@ -63,6 +63,8 @@ DEFAULT_MAX_REPLICAS_PER_JOB = 2000
 #: Longest duration, in seconds, a spec may ask for (100 years): beyond any training run, and
 #: far inside what a datetime holds (year 9999), so a deadline or a TTL never overflows.
 MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600
+# A checkpoint is asked for and waited on while the pods keep their nodes: a day at most.
+MAX_CHECKPOINT_TIMEOUT_SECONDS = 24 * 3600
 #: `spec.managedBy` of a job this operator reconciles (absent means the same).
 MANAGED_BY_OPERATOR = "trainjobs.io/operator"
 #: `spec.managedBy` of a job Kueue's MultiKueue dispatches to a worker cluster: the operator
@@ -224,6 +226,13 @@ class RunPolicy(SpecModel):
         description="What a stall does: Report (the condition and Event only; the default), "
                     "Restart (every replica starts again, counted against backoffLimit), "
                     "Fail (the job fails with reason ProgressDeadlineExceeded).",
+    )
+    checkpoint_timeout_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_CHECKPOINT_TIMEOUT_SECONDS, strict=True,
+        description="Before stopping a running job for any reason but its own end, ask its "
+                    "checkpointing replica (the kind declares which) to save, and wait up to "
+                    "this long for it to say it has (trainjobs_progress.checkpoint_saved), "
+                    "then stop the pods. Unset: no checkpoint is asked; pods stop at once.",
     )
     scheduling_policy: SchedulingPolicy | None = None
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from trainjobs.errors import TrainjobsError
 
-__all__ = ["MAX_BODY_BYTES", "MAX_METRICS", "JobProgress", "ProgressBoard", "ProgressEndpoint",
-           "ProgressReport",
-           "ReportRefused", "parse_report", "progress_env"]
+__all__ = ["ENV_CHECKPOINT_STEP", "ENV_CHECKPOINT_URI", "MAX_BODY_BYTES", "MAX_CHECKPOINT_URI",
+           "MAX_METRICS", "CheckpointAck", "JobProgress", "ProgressBoard", "ProgressEndpoint",
+           "ProgressReport", "ReportRefused", "parse_report", "progress_env"]
 
 VERSION = 1
 MAX_BODY_BYTES = 64 * 1024
@@ -31,6 +31,8 @@ MAX_METRICS = 64
 MAX_METRIC_NAME = 64
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
 ETA_SAMPLES = 32  # (time, step) pairs the rate is measured over
+MAX_CHECKPOINT_URI = 1024
+MAX_CHECKPOINT_ID = 2**53  # an id any JSON reader keeps exact
 
 # The environment contract (docs/api.md), set in every container of every replica.
 ENV_URL = "TRAINJOBS_PROGRESS_URL"
@@ -38,6 +40,9 @@ ENV_INTERVAL = "TRAINJOBS_PROGRESS_INTERVAL"
 # On a cluster (issue 37.3): the projected token to send, the CA to verify the endpoint with.
 ENV_TOKEN_FILE = "TRAINJOBS_PROGRESS_TOKEN_FILE"
 ENV_CA = "TRAINJOBS_PROGRESS_CA"
+# Issue 38: the checkpoint a resumed run starts from (step and the URI its program reported).
+ENV_CHECKPOINT_STEP = "TRAINJOBS_CHECKPOINT_STEP"
+ENV_CHECKPOINT_URI = "TRAINJOBS_CHECKPOINT_URI"
 
 
 class ReportRefused(TrainjobsError):
@@ -65,6 +70,16 @@ class ProgressEndpoint:
 
 
 @dataclass(frozen=True)
+class CheckpointAck:
+    """A report's "checkpoint" field: the program saved, at `step`, to `uri` (its own
+    words: a path, an s3:// URL...), answering the request `id`."""
+
+    id: int
+    step: int
+    uri: str
+
+
+@dataclass(frozen=True)
 class ProgressReport:
     """One valid report."""
 
@@ -81,6 +96,7 @@ class ProgressReport:
     total: int | None
     epoch: int | None
     metrics: Mapping[str, float]
+    checkpoint: CheckpointAck | None = None
 
 
 def progress_env(url: str, interval: float, *, namespace: str, job: str, uid: str,
@@ -154,6 +170,25 @@ def _metrics(value: Any) -> dict[str, float]:
     return out
 
 
+def _checkpoint(value: Any) -> CheckpointAck | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _refuse('checkpoint: must be an object {"id": ..., "step": ..., "uri": ...}')
+    try:
+        ident, step = _count(value, "id", positive=True), _count(value, "step")
+    except ReportRefused as refused:
+        raise _refuse(f"checkpoint.{refused.message}") from None
+    if ident is not None and ident > MAX_CHECKPOINT_ID:
+        raise _refuse(f"checkpoint.id: at most {MAX_CHECKPOINT_ID}")
+    uri = value.get("uri")
+    if not isinstance(uri, str) or not uri or len(uri) > MAX_CHECKPOINT_URI:
+        raise _refuse(f"checkpoint.uri: must be a non-empty string of at most "
+                      f"{MAX_CHECKPOINT_URI} characters")
+    assert ident is not None and step is not None
+    return CheckpointAck(ident, step, uri)
+
+
 def _no_constants(name: str) -> float:
     raise _refuse(f"{name} is not a number JSON allows (NaN and infinities are refused)")
 
@@ -183,7 +218,8 @@ def parse_report(body: bytes) -> ProgressReport:
         replica_index=_count(replica, "index") or 0, attempt=_count(doc, "attempt") or 0,
         session=_text(doc, "session", "report", 64), seq=_count(doc, "seq") or 0,
         step=step, total=_count(doc, "total", optional=True, positive=True),
-        epoch=_count(doc, "epoch", optional=True), metrics=_metrics(doc.get("metrics")))
+        epoch=_count(doc, "epoch", optional=True), metrics=_metrics(doc.get("metrics")),
+        checkpoint=_checkpoint(doc.get("checkpoint")))
 
 
 @dataclass
@@ -238,12 +274,16 @@ class ProgressBoard:
         # The stall rule (core/planner/stall.py) measures from it.
         self.last_advance: float | None = None
 
-    def apply(self, report: ProgressReport, now: float) -> None:
-        """Take `report` (received at monotonic `now`) or raise `ReportRefused`."""
+    def check_job(self, report: ProgressReport) -> None:
+        """Refuse (404) a report of another job, or of an earlier job of the same name."""
         if (report.namespace, report.job, report.uid) != (self.namespace, self.job, self.uid):
             raise ReportRefused(404, f"no job {report.namespace}/{report.job} (uid "
                                      f"{report.uid or '-'}) here; this receiver is for "
                                      f"{self.namespace}/{self.job} ({self.uid})")
+
+    def apply(self, report: ProgressReport, now: float) -> None:
+        """Take `report` (received at monotonic `now`) or raise `ReportRefused`."""
+        self.check_job(report)
         current = self.replicas.get(report.replica)
         if current is not None and current.session == report.session:
             if report.step < current.step:

@@ -12,3 +12,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", default="runs", metavar="DIR",
                         help="logs go to DIR/<job>-<time>/ (default: ./runs)")
     parser.add_argument("--no-color", action="store_true", help="plain output")
+    parser.add_argument("--resume", action="store_true",
+                        help="start from the checkpoint the job's newest run under --run-dir "
+                             "saved on Ctrl-C (runPolicy.checkpointTimeoutSeconds): every "
+                             "replica gets TRAINJOBS_CHECKPOINT_STEP and _URI")

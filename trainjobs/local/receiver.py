@@ -4,6 +4,9 @@ Why its own small server: the replicas report through `trainjobs_progress` exact
 will on a cluster (same library, same environment contract, same wire format); locally the
 receiver is this process, on a port of its own, and applies reports to a `ProgressBoard`.
 A refused report gets a 4xx with a one-line JSON reason and changes nothing.
+
+Checkpoint, then stop (issue 38): while the desk holds a request, the reply to the
+checkpointing replica's reports carries it; a report acknowledging it ends it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from trainjobs.core.checkpoint import CheckpointDesk, SavedCheckpoint
 from trainjobs.core.progress import (
     MAX_BODY_BYTES,
     ProgressBoard,
@@ -39,9 +43,12 @@ class ProgressReceiver:
     into the replicas' environment before anything starts); serving starts with `start()`."""
 
     def __init__(self, board: ProgressBoard, on_report: Callable[[], None],
-                 clock: Clock = SYSTEM_CLOCK, interval: float = LOCAL_INTERVAL) -> None:
+                 clock: Clock = SYSTEM_CLOCK, interval: float = LOCAL_INTERVAL,
+                 on_checkpoint: Callable[[SavedCheckpoint], None] | None = None) -> None:
         self.board = board
         self.on_report = on_report
+        self.desk = CheckpointDesk()
+        self.on_checkpoint = on_checkpoint
         self.clock = clock
         self.interval = interval
         self.refused = 0
@@ -80,9 +87,19 @@ class ProgressReceiver:
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 raise ReportRefused(413, f"body over {MAX_BODY_BYTES} bytes") from None
-            self.board.apply(parse_report(body), self.clock.monotonic())
+            report = parse_report(body)
+            self.board.check_job(report)
+            self.desk.check(report)  # before anything changes: a refusal changes nothing
+            self.board.apply(report, self.clock.monotonic())
         except ReportRefused as refused:
             self.refused += 1
             return _reply(refused.status, {"accepted": False, "error": refused.message})
+        saved = self.desk.accept(report, self.clock.now())
         self.on_report()
-        return _reply(200, {"accepted": True, "interval": self.interval})
+        if saved is not None and self.on_checkpoint is not None:
+            self.on_checkpoint(saved)
+        answer: dict[str, object] = {"accepted": True, "interval": self.interval}
+        ask = self.desk.ask_for(report)
+        if ask is not None:
+            answer["checkpoint"] = ask
+        return _reply(200, answer)

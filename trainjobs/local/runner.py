@@ -14,6 +14,12 @@ ends whatever cleanPodPolicy says (nothing may outlive the command).
 Progress (docs/progress.md): a receiver on 127.0.0.1 takes the replicas' reports; every
 replica gets the progress environment and the `trainjobs_progress` library on its PYTHONPATH,
 and the console shows the job's progress live.
+
+Checkpoint, then stop (issue 38, docs/local.md): with `runPolicy.checkpointTimeoutSeconds`,
+the first Ctrl-C/SIGTERM asks the kind's checkpointing replica to save (through the
+receiver's replies) and waits for its answer within the bound before stopping every process;
+the answer is kept in the run directory's checkpoint.json, which `--resume` hands to the next
+run (trainjobs/local/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ import contextlib
 import importlib.util
 import os
 import shutil
-import signal
 import socket
 import time
 import uuid
@@ -35,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from trainjobs.api.models import ConditionType, Job
+from trainjobs.core.checkpoint import SavedCheckpoint
 from trainjobs.core.observed import PodPhase
 from trainjobs.core.planner import KindRules, Plan, PlanInputs, ProgressSeen, plan
 from trainjobs.core.progress import ProgressBoard
@@ -42,10 +48,12 @@ from trainjobs.core.render import RenderedJob, expected_replicas, render_job
 from trainjobs.core.status import current_condition, is_finished
 from trainjobs.core.validation import load_job_file
 from trainjobs.errors import ProgramMissing, SpecError, SpecInvalid, TrainjobsError
+from trainjobs.local.checkpoint import ResumePoint, find_resume, resume_command, write_checkpoint
 from trainjobs.local.ignored import ignored_fields_note
 from trainjobs.local.output import Console, ReplicaSummary
 from trainjobs.local.process import ProcessSpec, ReplicaProcess, process_spec
 from trainjobs.local.receiver import ProgressReceiver
+from trainjobs.local.supervise import supervise
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Address, ClusterLayout, Framework
 from trainjobs.yamlio import describe, ignored_note
@@ -59,7 +67,6 @@ INSTALL_HINTS = {
                     "trainjobs) or the Debian/Ubuntu package redis-server (apt-get install "
                     "redis-server), or give the job a spec.backend.redisHost",
 }
-EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
 def free_port() -> int:
@@ -107,6 +114,11 @@ def progress_library(run_dir: Path) -> Path | None:
     return target
 
 
+def _with_env(spec: ProcessSpec, extra: dict[str, str]) -> ProcessSpec:
+    """`extra` added to the process's environment (after the template's own)."""
+    return replace(spec, env={**spec.env, **extra}) if extra else spec
+
+
 def _with_pythonpath(spec: ProcessSpec, folder: Path) -> ProcessSpec:
     """`folder` after the PYTHONPATH the replica would have had (the template's, else ours)."""
     current = spec.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
@@ -118,8 +130,12 @@ class LocalRun:
     """Runs one job to completion."""
 
     def __init__(self, job: Job, framework: Framework, plugins: PluginManager,
-                 base_dir: Path, log_dir: Path, console: Console) -> None:
+                 base_dir: Path, log_dir: Path, console: Console,
+                 resume: ResumePoint | None = None) -> None:
         self.job = job
+        self.resume = resume
+        self.saved: SavedCheckpoint | None = None
+        self.checkpoint_saved = asyncio.Event()
         self.framework = framework
         self.plugins = plugins
         self.base_dir = base_dir
@@ -132,9 +148,11 @@ class LocalRun:
         self.extras: set[str] = set()
         self.history: dict[str, ReplicaSummary] = {}
         self.recreations: Counter[str] = Counter()
+        self.resume_hint = ""  # the command that resumes from a checkpoint this run saves
         self._wake = asyncio.Event()
         self.board = ProgressBoard(job.namespace, job.name, job.metadata.uid or "")
-        self.receiver = ProgressReceiver(self.board, self._on_report)
+        self.receiver = ProgressReceiver(self.board, self._on_report,
+                                         on_checkpoint=self._on_checkpoint)
         try:
             self._prepare()
         except BaseException:
@@ -178,6 +196,7 @@ class LocalRun:
             if isinstance(result, SpecError):
                 errors.append(result)
             else:
+                result = _with_env(result, self.resume.env() if self.resume else {})
                 specs[name] = result if self.library is None else \
                     _with_pythonpath(result, self.library)
         if errors:
@@ -191,6 +210,27 @@ class LocalRun:
         view = self.board.view()
         if view is not None:
             self.console.progress(view)
+
+    def checkpoint_target(self) -> tuple[str, int] | None:
+        """The running process to ask for a checkpoint before stopping, and the seconds to
+        wait for it; None when the job sets no bound, its kind names no replica, or that
+        replica's process is not running (then everything stops at once, as before)."""
+        seconds = self.job.spec.run_policy.checkpoint_timeout_seconds
+        if seconds is None:
+            return None
+        wanted = self.plugins.checkpoint_replica(self.job, self.framework)
+        name = next((n for n, r in self.desired.replicas.items() if r == wanted), None)
+        proc = self.processes.get(name) if name is not None else None
+        if proc is None or proc.phase is not PodPhase.RUNNING:
+            return None
+        return proc.name, seconds
+
+    def _on_checkpoint(self, saved: SavedCheckpoint) -> None:
+        path = write_checkpoint(self.log_dir, saved, self.job.name, self.job.metadata.uid or "")
+        self.saved = saved
+        self.console.note(f"checkpoint saved by {saved.replica} at step {saved.step}: "
+                          f"{saved.uri} (recorded in {path})")
+        self.checkpoint_saved.set()
 
     def progress_seen(self) -> ProgressSeen | None:
         """What the replicas reported, as the stall rule reads it (wall-clock times from the
@@ -326,10 +366,13 @@ def run_file(path: Path, args: argparse.Namespace) -> int:
                                      "to run (set it to false)")], str(path))
     job = job.model_copy(update={"metadata": job.metadata.model_copy(
         update={"uid": str(uuid.uuid4()), "namespace": LOCAL_NAMESPACE})})
+    resume = find_resume(Path(args.run_dir), job.name) if getattr(args, "resume", False) \
+        else None
     log_dir = Path(args.run_dir) / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)
     console = Console(colour=False if args.no_color else None)
-    run = LocalRun(job, framework, plugins, path.resolve().parent, log_dir, console)
+    run = LocalRun(job, framework, plugins, path.resolve().parent, log_dir, console, resume)
+    run.resume_hint = resume_command(str(path), str(args.run_dir))
     console.note(f"running {job.kind} {job.name} locally ({len(run.desired.pods)} replicas; "
                  f"images are ignored); logs in {log_dir}")
     if loaded.ignored:
@@ -337,39 +380,11 @@ def run_file(path: Path, args: argparse.Namespace) -> int:
     fields = ignored_fields_note(job, framework)
     if fields:
         console.note(fields)
+    if resume is not None:
+        console.note(f"resuming from the checkpoint at step {resume.step}: {resume.uri} "
+                     f"({resume.path}); every replica gets TRAINJOBS_CHECKPOINT_STEP and "
+                     f"TRAINJOBS_CHECKPOINT_URI")
     if run.library is None:
         console.note("trainjobs_progress not found: replicas report progress only if their "
                      "environment has it (pip install ./progress from a clone of trainjobs)")
-    return asyncio.run(_main(run, started))
-
-
-async def _main(run: LocalRun, started: float) -> int:
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    interrupted: list[str] = []
-
-    def on_signal(name: str) -> None:
-        if not interrupted:
-            interrupted.append(name)
-            run.console.note(f"{name}: stopping every replica")
-            task.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig.name)
-    try:
-        job = await run.run()
-    except asyncio.CancelledError:
-        await run.stop_all()
-        run.console.summary(run.job.name, "Interrupted", time.monotonic() - started,
-                            f"stopped by {interrupted[0] if interrupted else 'cancel'}",
-                            run.summaries(), str(run.log_dir), run.board.view())
-        return EXIT_INTERRUPTED
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-    state = job.status.state
-    message = next((c.message for c in job.status.conditions if c.type == state), "")
-    run.console.summary(job.name, state, time.monotonic() - started, message, run.summaries(),
-                        str(run.log_dir), run.board.view())
-    return EXIT_SUCCEEDED if state == "Succeeded" else EXIT_FAILED
+    return asyncio.run(supervise(run, started))

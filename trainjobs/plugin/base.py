@@ -1,9 +1,10 @@
 """`FrameworkPlugin`: the convenient way to write a plugin that adds one job kind.
 
 Why: every framework hook must ignore jobs of other kinds. This base class implements the hooks
-once, calls the subclass's methods only for its own kind, and leaves the subclass three plain
-methods: `validate`, `replica_env` and `succeeded`. A plugin may still implement the raw hooks
-of `trainjobs.plugin.hookspecs` instead; the core sees no difference.
+once, calls the subclass's methods only for its own kind, and leaves the subclass plain
+methods: `validate`, `replica_env`, `succeeded` and (optional) `checkpoint_replica`. A plugin
+may still implement the raw hooks of `trainjobs.plugin.hookspecs` instead; the core sees no
+difference.
 
 `framework`, `replica_env` and `succeeded` are required (unless the subclass implements the
 hook they serve itself): the plugin manager refuses a subclass without them when it loads
@@ -40,6 +41,11 @@ class FrameworkPlugin:
         """The kind's success rule."""
         raise NotImplementedError
 
+    def checkpoint_replica(self, job: Job) -> Replica | None:
+        """The replica to ask for a checkpoint before the job is stopped (since 1.14). None
+        by default: the kind has none, nothing is asked."""
+        return None
+
     # The hooks --------------------------------------------------------------------------
 
     @hookimpl
@@ -62,6 +68,10 @@ class FrameworkPlugin:
     ) -> bool | None:
         return self.succeeded(job, outcomes) if job.kind == self.framework.kind else None
 
+    @hookimpl
+    def trainjobs_checkpoint_replica(self, job: Job, framework: Framework) -> Replica | None:
+        return self.checkpoint_replica(job) if job.kind == self.framework.kind else None
+
 
 # What a subclass must define: each method with the hook that calls it (a subclass that
 # implements that hook itself needs no method).
@@ -70,7 +80,7 @@ _REQUIRED_METHODS = {"replica_env": "trainjobs_replica_env",
 
 # The hooks of FrameworkPlugin that read `framework`.
 _FRAMEWORK_HOOKS = ("trainjobs_frameworks", "trainjobs_validate", "trainjobs_replica_env",
-                    "trainjobs_job_succeeded")
+                    "trainjobs_job_succeeded", "trainjobs_checkpoint_replica")
 
 
 def missing_parts(plugin: FrameworkPlugin) -> list[str]:

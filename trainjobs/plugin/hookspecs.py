@@ -25,6 +25,9 @@ for jobs, again and again (3-6 in that order within a rendering).
    reports, for the job's status (since 1.3).
 12. `trainjobs_adjust_status` — whenever the operator writes a job's status: fields another
    project's clients read (since 1.8).
+13. `trainjobs_checkpoint_replica` — when a running job is about to be stopped (not by its
+   own end) and has `runPolicy.checkpointTimeoutSeconds`: which replica to ask for a
+   checkpoint (since 1.14).
 
 Steps 3-6, in that order, are one rendering of the job. Validation renders it too, with
 placeholder Kubernetes addresses, so environment collisions are refused before anything runs.
@@ -211,5 +214,18 @@ def trainjobs_adjust_status(job: Job, framework: Framework, status: dict[str, An
     clients read (Kubeflow's `lastReconcileTime`); declare those fields in
     `Framework.status_model` so that the CRD keeps them. Leave the core's fields as they are:
     the operator reads them back. Return None for kinds you do not handle (do nothing).
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def trainjobs_checkpoint_replica(job: Job, framework: Framework) -> Replica | None:
+    """The replica that saves the job's checkpoint when asked (issue 38), e.g. TfJob's Chief.
+    Since plugin API 1.14.
+
+    Asked only for a job with `runPolicy.checkpointTimeoutSeconds`, before it is stopped for
+    any reason but its own end. The first plugin to return a replica decides; None (every
+    plugin) means the kind has no checkpointing replica: nothing is asked, the processes or
+    pods stop at once as without the field.
     """
     raise NotImplementedError

@@ -215,6 +215,13 @@ class PluginManager:
             raise PluginError(f"no plugin implements the success rule of {job.kind}")
         return verdict
 
+    def checkpoint_replica(self, job: Job, framework: Framework) -> Replica | None:
+        """The replica `job` asks for a checkpoint before it is stopped, or None (its kind
+        has none: nothing is asked)."""
+        found: Replica | None = self._pm.hook.trainjobs_checkpoint_replica(
+            job=job, framework=framework)
+        return found
+
     def owned_resources(self, controller_config: Mapping[str, object]) -> list[OwnedResource]:
         """Every watched kind the plugins declare for this controller config, once each."""
         found: dict[tuple[str, str], OwnedResource] = {}

@@ -5,7 +5,15 @@ later, issue 37.3).
     progress.report(step, total=steps, epoch=epoch, loss=loss, accuracy=acc)
 
 Where to report comes from the environment trainjobs injects into every replica (see
-`ENVIRONMENT` and docs/progress.md); outside trainjobs every call is a cheap no-op. No call
+`ENVIRONMENT` and docs/progress.md); outside trainjobs every call is a cheap no-op.
+
+Checkpoint, then stop (issue 38): when trainjobs is about to stop the job it asks the
+checkpointing replica, in the reply to one of its reports, to save. The training loop checks
+
+    if progress.checkpoint_requested():
+        save(...); progress.checkpoint_saved(step, uri)
+
+and a resumed run finds what was saved with `progress.last_checkpoint()`. No call
 ever raises or waits for the network: problems become one warning each (logger
 "trainjobs_progress") and dropped reports. Standard library only, Python >= 3.8; the
 framework adapters (`trainjobs_progress.keras`, `trainjobs_progress.mxnet`) import their
@@ -21,8 +29,9 @@ from typing import Any, Iterable, Iterator, Mapping, TypeVar
 from trainjobs_progress._reporter import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, Reporter, http_sender
 from trainjobs_progress._wire import MAX_BODY_BYTES, MAX_METRICS, VERSION
 
-__all__ = ["ENVIRONMENT", "MAX_BODY_BYTES", "MAX_METRICS", "VERSION", "Reporter", "enabled",
-           "flush", "from_environment", "identity", "report", "reporter", "track"]
+__all__ = ["ENVIRONMENT", "MAX_BODY_BYTES", "MAX_METRICS", "VERSION", "Reporter",
+           "checkpoint_requested", "checkpoint_saved", "enabled", "flush", "from_environment",
+           "identity", "last_checkpoint", "report", "reporter", "track"]
 __version__ = "0.1.0"
 
 # The environment contract (docs/api.md); the URL alone switches reporting on.
@@ -48,7 +57,11 @@ ENVIRONMENT = {
     "TRAINJOBS_REPLICA_TYPE": "this replica's type as the spec spells it, e.g. Worker",
     "TRAINJOBS_REPLICA_INDEX": "this replica's index within its type",
     "TRAINJOBS_ATTEMPT": "the job's attempt (grows when the whole job restarts)",
+    "TRAINJOBS_CHECKPOINT_STEP": "the step of the checkpoint to resume from (a resumed run)",
+    "TRAINJOBS_CHECKPOINT_URI": "where that checkpoint is, as its program reported it",
 }
+CHECKPOINT_STEP = "TRAINJOBS_CHECKPOINT_STEP"
+CHECKPOINT_URI = "TRAINJOBS_CHECKPOINT_URI"
 
 T = TypeVar("T")
 _default: Reporter | None = None
@@ -145,3 +158,38 @@ def track(iterable: Iterable[T], total: int | None = None, start: int = 1,
         yield item
         report(step, total=None if total is None else total + start - 1, **metrics)
         step += 1
+
+
+def checkpoint_requested() -> bool:
+    """True once trainjobs has asked this process for a checkpoint it has not yet answered
+    with `checkpoint_saved`. Cheap (no I/O): call it every step. The request comes in the
+    reply to a report, so it is seen at most one reporting interval after the next
+    `report()`; a program that never reports is never asked (it gets SIGTERM at the stop)."""
+    try:
+        return reporter().checkpoint_requested
+    except Exception:
+        return False
+
+
+def checkpoint_saved(step: int, uri: str, timeout: float = 2.0) -> bool:
+    """Tell trainjobs the checkpoint it asked for is saved: training state at `step`, at `uri`
+    (a path or URL your program can load from; at most 1024 characters). Sent at once,
+    waiting at most `timeout` seconds; True if trainjobs accepted it. Keep training (or
+    wait) afterwards: trainjobs stops the processes itself."""
+    try:
+        return reporter().checkpoint_saved(step, uri, timeout)
+    except Exception:
+        return False
+
+
+def last_checkpoint(env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The checkpoint this run resumes from, `{"step": int, "uri": str}`, from the
+    environment `trainjobs run --resume` sets; None when there is none."""
+    try:
+        env = os.environ if env is None else env
+        step, uri = env.get(CHECKPOINT_STEP, "").strip(), env.get(CHECKPOINT_URI, "")
+        if not step.isdigit() or not uri:
+            return None
+        return {"step": int(step), "uri": uri}
+    except Exception:
+        return None

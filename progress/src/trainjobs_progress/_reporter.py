@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from trainjobs_progress._http import Refused, Sender, Unsendable, http_sender
-from trainjobs_progress._wire import MAX_METRICS, VERSION, clean_metrics
+from trainjobs_progress._wire import MAX_CHECKPOINT_URI, MAX_METRICS, VERSION, clean_metrics
 
 __all__ = ["Refused", "Reporter", "Sender", "http_sender"]
 
@@ -65,6 +65,13 @@ class Reporter:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._warned: set[str] = set()
+        # Checkpoint, then stop (issue 38): the request a reply carried and this process has
+        # not answered; the acknowledgement waiting to go out; ids already answered.
+        self._asked: int | None = None
+        self._ack: dict[str, Any] | None = None
+        self._ack_accepted: int | None = None
+        self._answered: set[int] = set()
+        self._last_state: dict[str, Any] = {"step": 0, "total": None, "epoch": None}
 
     @property
     def enabled(self) -> bool:
@@ -121,9 +128,58 @@ class Reporter:
             if self._pending is not None:
                 self.coalesced += 1
             self._pending = {"step": step_i, "total": total_i, "epoch": epoch_i}
+            self._last_state = dict(self._pending)
             self._start()
             self._lock.notify()
         return True
+
+    @property
+    def checkpoint_requested(self) -> bool:
+        """True while a reply has asked for a checkpoint this process has not answered."""
+        return self._asked is not None
+
+    def checkpoint_saved(self, step: int, uri: str,
+                         timeout: float = EXIT_FLUSH_SECONDS) -> bool:
+        """Answer the outstanding checkpoint request: saved at `step` to `uri`. Sends it at
+        once (waiting at most `timeout` seconds); True if the receiver accepted it. False,
+        with one warning, when nothing was asked or the arguments are unusable."""
+        if self.sender is None or self._closed:
+            return False
+        try:
+            return self._checkpoint_saved(step, uri, timeout)
+        except Exception as exc:  # never into the training loop
+            self.warn_once("internal", f"checkpoint acknowledgement dropped: {exc!r}")
+            return False
+
+    def _checkpoint_saved(self, step: Any, uri: Any, timeout: float) -> bool:
+        step_i = _count(step)
+        if step_i is None or not isinstance(uri, str) or not uri \
+                or len(uri) > MAX_CHECKPOINT_URI:
+            self.warn_once("checkpoint", f"checkpoint_saved needs a non-negative integer step "
+                                         f"and a URI of 1..{MAX_CHECKPOINT_URI} characters, "
+                                         f"got {step!r}, {str(uri)[:60]!r}; not sent")
+            return False
+        with self._lock:
+            asked = self._asked
+            if asked is None:
+                self.warn_once("unasked", "checkpoint_saved without a checkpoint request "
+                                          "(checkpoint_requested() was False); not sent")
+                return False
+            self._asked = None
+            self._answered.add(asked)
+            self._ack = {"id": asked, "step": step_i, "uri": uri}
+            state = dict(self._last_state)
+            state["step"] = max(self._last_step, step_i, 0)
+            self._last_step = state["step"]
+            if self._pending is None:
+                self._pending = state
+            else:
+                self._pending["step"] = max(self._pending["step"], state["step"])
+            self._start()
+            self._lock.notify_all()
+        self.flush(timeout)
+        with self._lock:
+            return self._ack_accepted == asked
 
     def _start(self) -> None:
         if self._thread is None:
@@ -174,12 +230,22 @@ class Reporter:
                         self._lock.wait()
                 state = self._pending
                 body = self._body()
+                ack, sent = self._ack, self.sent
                 self._pending = None
                 self._sending = True
             delay, again = self._send(body, retry=not retried)
             with self._lock:
                 self._sending = False
                 retried = again
+                if self.sent > sent:
+                    self._took(self.last_reply, ack)
+                elif ack is not None and self._ack is ack:
+                    if delay is None or again:  # unreachable or busy: send it again later
+                        again = True
+                        if self._pending is None:
+                            self._pending = state
+                    else:  # refused: it will never be accepted
+                        self._ack = None
                 if again and self._pending is None:
                     self._pending = state  # once: the newest state, after Retry-After
                 if delay is None:  # unreachable
@@ -188,6 +254,17 @@ class Reporter:
                 self._next_send = self.clock() + max(self.interval, self._backoff)
                 self._lock.notify_all()
 
+    def _took(self, reply: Mapping[str, Any], ack: dict[str, Any] | None) -> None:
+        """After an accepted report (under the lock): the acknowledgement it carried is
+        delivered; a checkpoint request in the reply is noted unless answered already."""
+        if ack is not None and self._ack is ack:
+            self._ack, self._ack_accepted = None, ack["id"]
+        asked = reply.get("checkpoint")
+        ident = asked.get("id") if isinstance(asked, dict) else None
+        if isinstance(ident, int) and not isinstance(ident, bool) and ident > 0 \
+                and ident not in self._answered and len(self._answered) < 1024:
+            self._asked = ident
+
     def _body(self) -> bytes:
         assert self._pending is not None
         self._seq += 1
@@ -195,6 +272,8 @@ class Reporter:
         payload.update(version=VERSION, session=self.session, seq=self._seq,
                        sentAt=round(time.time(), 3), metrics=dict(self._metrics),
                        **self._pending)
+        if self._ack is not None:
+            payload["checkpoint"] = dict(self._ack)
         return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
     def _send(self, body: bytes, retry: bool) -> tuple[float | None, bool]:

@@ -10,10 +10,11 @@ A report is one JSON object POSTed to TRAINJOBS_PROGRESS_URL:
      "session": "<hex, one per process>", "seq": 3, "sentAt": <unix seconds>,
      "step": 120, "total": 400, "epoch": 2, "metrics": {"loss": 0.31}}
 
-The reply to an accepted report is a JSON object too; version 1 defines only "accepted" and
-"interval" (the fewest seconds the receiver wants between two reports of one process), and a
-client ignores fields it does not know, so later versions can add requests for the training
-program (a checkpoint request, issue 38) without breaking older clients.
+The reply to an accepted report is a JSON object too: "accepted", "interval" (the fewest
+seconds the receiver wants between two reports of one process) and, to the checkpointing
+replica while a checkpoint is asked of it (issue 38), "checkpoint": {"id": N}. A client ignores
+fields it does not know. The program's answer is a report with
+"checkpoint": {"id": N, "step": S, "uri": "<where it saved, at most 1024 characters>"}.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ VERSION = 1
 MAX_METRICS = 64
 MAX_METRIC_NAME = 64
 MAX_BODY_BYTES = 64 * 1024
+MAX_CHECKPOINT_URI = 1024
 METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 
-__all__ = ["MAX_BODY_BYTES", "MAX_METRICS", "MAX_METRIC_NAME", "METRIC_NAME", "VERSION",
-           "clean_metrics", "number"]
+__all__ = ["MAX_BODY_BYTES", "MAX_CHECKPOINT_URI", "MAX_METRICS", "MAX_METRIC_NAME",
+           "METRIC_NAME", "VERSION", "clean_metrics", "number"]
 
 
 def number(value: Any) -> float | None:

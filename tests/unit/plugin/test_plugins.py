@@ -513,6 +513,11 @@ class Recorder:
                      status=dict(status))
         status["example"] = "seen"
 
+    @hookspecs.hookimpl
+    def trainjobs_checkpoint_replica(self, job: Job, framework: Framework) -> Replica | None:
+        self._record("trainjobs_checkpoint_replica", job=job, framework=framework)
+        return None  # the kind's own plugin answers
+
 
 def info(name: str) -> LoadedPlugin:
     return LoadedPlugin(name=name, module=__name__, package="tests", version="0")
@@ -543,6 +548,7 @@ def test_every_hook_is_called_through_the_manager() -> None:
     status = {"state": "Running"}
     manager.adjust_status(job, framework, status)
     assert status == {"state": "Running", "example": "seen"}
+    assert manager.checkpoint_replica(job, framework) == Replica("Worker", 0)
     register_calls = Recorder()
     load_plugins(extra=[(register_calls, info("again"))])
 
@@ -568,6 +574,7 @@ def test_every_hook_is_called_through_the_manager() -> None:
     assert calls["trainjobs_object_status"] == [{"job": job, "obj": thing}]
     assert calls["trainjobs_adjust_status"] == [
         {"job": job, "framework": framework, "status": {"state": "Running"}}]
+    assert calls["trainjobs_checkpoint_replica"] == [{"job": job, "framework": framework}]
 
 
 def test_adjust_pod_runs_in_registration_order() -> None:

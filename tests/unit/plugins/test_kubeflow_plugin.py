@@ -236,3 +236,19 @@ def test_a_large_kubeflow_job_is_counted_as_large_before_it_is_validated(
                                        "Evaluator": {"replicas": "9"}}}}
     assert requested_replicas(raw, framework.replica_specs_field) == OFFLOAD_REPLICAS + 2
     assert requested_replicas(raw, "replicaSpecs") == 0
+
+
+@pytest.mark.parametrize(("name", "saver"), [("tfjob-v1-dist_mnist.yaml", "Chief"),
+                                           ("mxjob-v1-dist.yaml", "Worker")])
+def test_checkpoint_replica_as_the_trainjobs_kind(enabled: PluginManager, name: str,
+                                                  saver: str) -> None:
+    """Kubeflow's TFJob and MXJob ask the replica TfJob and MxJob would (issue 38)."""
+    doc = yaml.safe_load((FIXTURES / name).read_text())
+    [job] = split_jobs([doc], enabled).jobs
+    framework = enabled.framework_for(doc["kind"])
+    assert framework is not None
+    found = enabled.checkpoint_replica(job, framework)
+    assert found is not None and found.index == 0
+    rtype = framework.replica_type(found.type)
+    assert rtype is not None and rtype.name == saver
+    assert found.type in job.spec.replica_specs
