@@ -11,6 +11,7 @@ accepted; another job's pod, a token of another audience, or none, is refused an
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import ssl
@@ -294,12 +295,14 @@ def test_a_flood_from_one_pod_is_throttled_while_another_jobs_progress_keeps_mov
     answers: Counter[int] = Counter()
     stop = threading.Event()
 
+    steps = itertools.count(1)
+    counting = threading.Lock()  # (+= on a Counter is not atomic across threads)
+
     def flood() -> None:
-        step = 0
         while not stop.is_set():
-            step += 1
-            status, _ = post(url, None, report_of(ns, flooder, step), flood_token)
-            answers[status] += 1
+            status, _ = post(url, None, report_of(ns, flooder, next(steps)), flood_token)
+            with counting:
+                answers[status] += 1
 
     threads = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
     started = time.monotonic()
@@ -320,6 +323,8 @@ def test_a_flood_from_one_pod_is_throttled_while_another_jobs_progress_keeps_mov
     seconds = time.monotonic() - started
     assert answers[429] > answers[200], answers
     assert answers[200] <= 10 + 5 * seconds + 1, (answers, seconds)
-    assert set(answers) <= {200, 429}, answers
+    # 409: two of the flood's own reports overtaking each other (step went backwards), as
+    # a flood from 4 threads does; nothing else is refused.
+    assert set(answers) <= {200, 409, 429}, answers
     assert reports(op)["throttled"] == answers[429]
     assert not op.problems()
