@@ -7,6 +7,7 @@ of the project can be imported by every one of them without an import circle.
 
 __all__ = [
     "ANNOTATION_ATTEMPT",
+    "ANNOTATION_CHECKPOINT_REQUEST",
     "ANNOTATION_PLUGIN_PACKAGE",
     "ANNOTATION_REPLICAS",
     "LABEL_COMPONENT",
@@ -31,5 +32,9 @@ ANNOTATION_ATTEMPT = "trainjobs.io/attempt"
 #: Every built-in kind lists its peers (DMLC_NUM_WORKER, TF_CONFIG, NUM_SHARDS), so a pod
 #: whose counts differ from the spec's is stale: the planner recreates it.
 ANNOTATION_REPLICAS = "trainjobs.io/replicas"
+#: On a job: a user's request for a checkpoint now (`trainjobs checkpoint JOB` writes the time);
+#: the operator asks once per value (`status.observedCheckpointRequest`), as `kubectl rollout
+#: restart` does with its restartedAt annotation.
+ANNOTATION_CHECKPOINT_REQUEST = "trainjobs.io/checkpoint-request"
 #: On a generated CRD: the Python package of the plugin that serves the kind.
 ANNOTATION_PLUGIN_PACKAGE = "trainjobs.io/plugin-package"

@@ -26,6 +26,10 @@ __all__ = [
     "MAX_REPLICAS",
     "MAX_STATUS_METRICS",
     "VERSION",
+    "CheckpointMethod",
+    "CheckpointOutcome",
+    "CheckpointRequestStatus",
+    "CheckpointStatus",
     "CleanPodPolicy",
     "Condition",
     "ConditionType",
@@ -116,6 +120,24 @@ class CleanPodPolicy(StrEnum):
     NONE = "None"
     RUNNING = "Running"
     ALL = "All"
+
+
+class CheckpointMethod(StrEnum):
+    """How the checkpointing replica is asked: in the reply to its progress reports (it uses
+    trainjobs_progress), or by SIGTERM, its pod being deleted first (it never reported)."""
+
+    REPORT = "Report"
+    SIGNAL = "Signal"
+
+
+class CheckpointOutcome(StrEnum):
+    """How a checkpoint request ended (Pending while it has not)."""
+
+    PENDING = "Pending"
+    SAVED = "Saved"  # the replica said it saved (status.lastCheckpoint)
+    TIMED_OUT = "TimedOut"  # checkpointTimeoutSeconds passed without an answer
+    STOPPED = "Stopped"  # asked by SIGTERM: its pod stopped (what it saved is its own)
+    REPLICA_GONE = "ReplicaGone"  # its pod went before it answered
 
 
 class ProgressDeadlineAction(StrEnum):
@@ -233,6 +255,12 @@ class RunPolicy(SpecModel):
                     "checkpointing replica (the kind declares which) to save, and wait up to "
                     "this long for it to say it has (trainjobs_progress.checkpoint_saved), "
                     "then stop the pods. Unset: no checkpoint is asked; pods stop at once.",
+    )
+    checkpoint_before_deadline_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_CHECKPOINT_TIMEOUT_SECONDS, strict=True,
+        description="With activeDeadlineSeconds and checkpointTimeoutSeconds: ask for a "
+                    "checkpoint this long before the deadline (default: "
+                    "checkpointTimeoutSeconds), so that it is saved before the job fails.",
     )
     scheduling_policy: SchedulingPolicy | None = None
 
@@ -353,6 +381,34 @@ class ProgressStatus(StatusModel):
         default=None, description="When the step last advanced.")
 
 
+class CheckpointStatus(StatusModel):
+    """A checkpoint the job's checkpointing replica said it saved."""
+
+    id: int = Field(ge=1, description="The request it answered.")
+    step: int = Field(ge=0, description="The training step it saved.")
+    uri: str = Field(description="Where, in the program's own words (a path, an s3:// URL).")
+    time: datetime = Field(description="When the operator received the acknowledgement.")
+    attempt: int = Field(default=0, ge=0, description="The job's attempt that saved it.")
+    replica: str = Field(default="", description="The replica (pod) that saved it.")
+
+
+class CheckpointRequestStatus(StatusModel):
+    """The job's newest checkpoint request: why, of whom, until when, and how it ended."""
+
+    id: int = Field(ge=1, description="Grows with each request; an answer names it.")
+    reason: str = Field(description="What asked: Suspended, Queued (Kueue evicted or "
+                                    "preempted the job), NewAttempt, Stalled, Rescaled, "
+                                    "ActiveDeadline or UserRequest.")
+    replica: str = Field(description="The checkpointing replica (pod) asked.")
+    pod_uid: str = Field(default="", description="Its pod's uid.")
+    attempt: int = Field(default=0, ge=0, description="The attempt that pod belongs to.")
+    method: CheckpointMethod = Field(description="Report (in the reply to its progress "
+                                                 "reports) or Signal (SIGTERM).")
+    request_time: datetime
+    deadline: datetime = Field(description="When the pods stop even without an answer.")
+    outcome: CheckpointOutcome = CheckpointOutcome.PENDING
+
+
 class JobStatus(StatusModel):
     """What the operator reports. `state` is the one condition that is True now."""
 
@@ -381,6 +437,15 @@ class JobStatus(StatusModel):
     progress: ProgressStatus | None = Field(
         default=None, description="The training program's reported progress, "
                                   "when it reports.")
+    last_checkpoint: CheckpointStatus | None = Field(
+        default=None, description="The newest checkpoint the job said it saved; the next "
+                                  "pods get it as TRAINJOBS_CHECKPOINT_STEP/_URI.")
+    checkpoint_request: CheckpointRequestStatus | None = Field(
+        default=None, description="The newest checkpoint request (runPolicy."
+                                  "checkpointTimeoutSeconds) and how it ended.")
+    observed_checkpoint_request: str | None = Field(
+        default=None, description="The trainjobs.io/checkpoint-request annotation value the "
+                                "operator last asked a checkpoint for.")
 
 
 class ObjectMeta(BaseModel):
