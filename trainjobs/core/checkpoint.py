@@ -1,9 +1,9 @@
 """Checkpoint, then stop (issue 38): the request a job's checkpointing replica is asked on the
 progress channel, and the acknowledgement it answers with.
 
-Why in core and pure: `trainjobs run` asks now; the operator will ask the same way before it
-stops a job's pods (the next slice), so a stale or foreign acknowledgement is refused by the
-same rules everywhere. Nothing here does I/O or reads a clock (times are passed in).
+Why in core and pure: `trainjobs run` and the operator (its progress store, one desk per job
+with a request pending) ask the same way, so a stale or foreign acknowledgement is refused by
+the same rules everywhere. Nothing here does I/O or reads a clock (times are passed in).
 
 The request travels in the reply to the checkpointing replica's reports (`{"checkpoint":
 {"id": N}}`) until that replica acknowledges it with a report carrying `{"checkpoint": {"id":

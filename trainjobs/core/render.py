@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainjobs.api.models import Job, RestartPolicy
-from trainjobs.core.progress import ProgressEndpoint, progress_env
+from trainjobs.core.progress import (
+    ENV_CHECKPOINT_STEP,
+    ENV_CHECKPOINT_URI,
+    ProgressEndpoint,
+    progress_env,
+)
 from trainjobs.core.progress_pod import add_token_volume
 from trainjobs.errors import SpecError, SpecInvalid
 from trainjobs.labels import (
@@ -46,6 +51,7 @@ __all__ = [
     "named_port",
     "pod_restart_policy",
     "render_job",
+    "render_key",
     "replica_counts",
     "replica_port",
 ]
@@ -213,6 +219,13 @@ class Rendering:
         return out
 
 
+def render_key(job: Job) -> tuple[int, int]:
+    """What of a job's status its rendering depends on (the attempt, the last checkpoint's
+    id): a backend that keeps a rendering renders again when it changes."""
+    saved = job.status.last_checkpoint
+    return job.status.attempt, saved.id if saved is not None else 0
+
+
 def render_job(job: Job, framework: Framework, plugins: PluginManager,
                **options: Any) -> RenderedJob:
     """The desired objects of `job`, all at once (`options`: Rendering's backend, layout,
@@ -278,13 +291,17 @@ def _inject_env(
 ) -> None:
     """Prepends the plugins' variables, so user variables may refer to them with $(NAME).
     With `progress`, every container also gets the core's progress contract (any kind,
-    a plugin's too, without the plugin doing anything)."""
+    a plugin's too, without the plugin doing anything), and with a `status.lastCheckpoint`
+    the checkpoint to start from."""
     injected: dict[str, str] = {}
     everywhere: dict[str, str] = {} if progress is None else progress_env(
         progress.url, progress.interval, namespace=job.namespace, job=job.name,
         uid=job.metadata.uid or "", replica=replica.object_name(job.name),
         replica_type=replica.type, replica_index=replica.index, attempt=job.status.attempt,
         token_file=progress.token_file, ca=progress.ca)
+    saved = job.status.last_checkpoint
+    if saved is not None:  # the next pods start from the job's newest checkpoint
+        everywhere.update({ENV_CHECKPOINT_STEP: str(saved.step), ENV_CHECKPOINT_URI: saved.uri})
     for env in plugins.replica_env(job, replica, ctx):
         for key, value in env.values.items():
             if key in injected or key in everywhere:

@@ -107,14 +107,16 @@ def failed(status: JobStatus, reason: str, message: str, now: datetime,
 
 def must_write_now(old: JobStatus, new: JobStatus) -> bool:
     """Whether the change from `old` to `new` is written at once rather than coalesced: a
-    new state (but Created), a counted failure, a completion, a new attempt, or a replica
+    new state (but Created), a counted failure, a completion, a new attempt, a checkpoint
+    asked or answered (its deadline must outlive an operator restart), or a replica
     forgotten (see `replicas_forgotten`). A change of counts only, or a new job's first
     status, may wait and go out with whatever changes meanwhile; a change of `progress` is
     never urgent (see `progress_only`)."""
     return (new.state != old.state and new.state != ConditionType.CREATED.value) or \
         new.counted_failures != old.counted_failures or \
         new.completion_time != old.completion_time or new.attempt != old.attempt or \
-        replicas_forgotten(old, new)
+        new.checkpoint_request != old.checkpoint_request or \
+        new.last_checkpoint != old.last_checkpoint or replicas_forgotten(old, new)
 
 
 def progress_only(old: JobStatus, new: JobStatus) -> bool:

@@ -29,7 +29,7 @@ from trainjobs.api.models import (
 )
 from trainjobs.core.observed import ObservedPod
 from trainjobs.core.planner import KindRules, Plan, PlanInputs, plan
-from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob, Rendering
+from trainjobs.core.render import LABEL_JOB_NAME, RenderedJob, Rendering, render_key
 from trainjobs.core.status import current_condition, failed, is_finished
 from trainjobs.core.validation import ReplicaLimit, parse_job
 from trainjobs.errors import PermanentError, SpecInvalid, TemporaryError
@@ -227,7 +227,7 @@ class Controller:
         """Start every gate served here (operator/gates) and add its caches to ours."""
         context = GateContext(self.kube, self._namespaces, self.settings, self.events,
                               self.queue.add, self._namespace_changed, self.queue.add_after,
-                              self.clock)
+                              self.clock, self.plugins)
         started = [gate for factory in self.gate_factories
                    if (gate := await factory.start(context)) is not None]
         self.gates = Gates(started)
@@ -338,7 +338,7 @@ class Controller:
         if finished:
             parsed.desired = None
             return RenderedJob()
-        if parsed.desired is not None and parsed.attempt == job.status.attempt:
+        if parsed.desired is not None and parsed.rendered_for == render_key(job):
             return parsed.desired.unpack()
         framework = self._framework(job.kind)
         rendering = Rendering(job, framework, self.plugins, backend="kubernetes",
@@ -349,7 +349,7 @@ class Controller:
                                                           rendering.extras())
         else:
             parsed.desired = PackedRender.of(rendering.replicas(), rendering.extras())
-        parsed.attempt = job.status.attempt
+        parsed.rendered_for = render_key(job)
         return parsed.desired.unpack()
 
     async def reconcile(self, key: str) -> Result:
@@ -414,8 +414,8 @@ class Controller:
         inputs = PlanInputs(pods, services, extras, gone or {},
                             create_refused=mem.gate.reason if mem.gate else "",
                             creates_held=mem.gate.wait() if mem.gate else 0.0,
-                            owed=owed, admission=verdict.admission,
-                            progress=verdict.progress, now=self.clock.now())
+                            owed=owed, admission=verdict.admission, now=self.clock.now(),
+                            **verdict.inputs)  # type: ignore[arg-type]
         decision = await on_cpu(
             len(desired.pods) > OFFLOAD_REPLICAS, functools.partial(
                 plan, settings=self.planner_settings,

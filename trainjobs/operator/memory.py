@@ -32,8 +32,10 @@ class Parsed:
     packed: PackedJob | None
     desired: PackedRender | None
     error: SpecInvalid | None = None
-    # The attempt `desired` was rendered for (kinds whose replicas restart together).
-    attempt: int = 0
+    # What of the status `desired` was rendered for: the attempt (kinds whose replicas
+    # restart together) and the last checkpoint's id (its step and URI are in the pods'
+    # environment); see `render_key`.
+    rendered_for: tuple[int, int] = (0, 0)
     # The replicas the spec asks for (counted once per generation: large jobs are handled
     # apart, see large_jobs.OFFLOAD_REPLICAS).
     replicas: int = 0

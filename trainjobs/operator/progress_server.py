@@ -110,7 +110,7 @@ class ProgressServer:
         try:
             report, key = await self._admit(request)
             try:
-                self.store.apply(report, key)
+                ask = self.store.apply(report, key)
             except ReportRefused as refused:
                 result = RESULT_OF_STATUS.get(refused.status, "invalid")
                 retry = STANDBY_RETRY_AFTER if refused.status == 503 else None
@@ -122,7 +122,10 @@ class ProgressServer:
             return _reply(refusal.status, {"accepted": False, "error": refusal.message},
                           refusal.retry_after)
         PROGRESS_REPORTS.labels(result="accepted").inc()
-        return _reply(200, {"accepted": True, "interval": self.interval})
+        answer: dict[str, object] = {"accepted": True, "interval": self.interval}
+        if ask is not None:
+            answer["checkpoint"] = ask
+        return _reply(200, answer)
 
     async def _admit(self, request: web.Request) -> tuple[ProgressReport, str]:
         """The report and its job's key, or the first `_Refusal` in the order above."""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from trainjobs.core.checkpoint import CheckpointDesk, CheckpointRequest, SavedCheckpoint
 from trainjobs.core.progress import JobProgress, ProgressBoard, ProgressReport, ReportRefused
 from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 
@@ -46,7 +47,9 @@ class _Entry:
 
 
 class ProgressStore:
-    """Reports by job uid. Only the event loop's thread calls it (no lock)."""
+    """Reports by job uid, and the checkpoint requests the checkpoint gate hands out (one
+    `CheckpointDesk` per job that has one pending). Only the event loop's thread calls it
+    (no lock)."""
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK, max_jobs: int = DEFAULT_MAX_JOBS) -> None:
         if max_jobs < 1:
@@ -55,31 +58,42 @@ class ProgressStore:
         self.max_jobs = max_jobs
         self.evicted = 0
         self._jobs: OrderedDict[str, _Entry] = OrderedDict()  # least recently reported first
-        self._on_report: Callable[[str], None] | None = None
+        self._desks: dict[str, CheckpointDesk] = {}  # job uid -> its checkpoint request
+        self._on_report: Callable[[str, bool], None] | None = None
 
     @property
     def active(self) -> bool:
         """Whether this process applies reports (it is the leader and its controller runs)."""
         return self._on_report is not None
 
-    def activate(self, on_report: Callable[[str], None]) -> None:
-        """Start applying reports; `on_report(job_key)` follows every accepted one."""
+    def activate(self, on_report: Callable[[str, bool], None]) -> None:
+        """Start applying reports; `on_report(job_key, answered)` follows every accepted
+        one (`answered`: it acknowledged the job's checkpoint request)."""
         self._on_report = on_report
 
     def deactivate(self) -> None:
-        """Stop applying reports and drop what was kept (a later leader rebuilds it)."""
+        """Stop applying reports and drop what was kept (a later leader rebuilds it, and
+        its checkpoint gate hands the pending requests out again from the jobs' status)."""
         self._on_report = None
         self._jobs.clear()
+        self._desks.clear()
 
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def apply(self, report: ProgressReport, job_key: str) -> None:
+    def apply(self, report: ProgressReport, job_key: str) -> dict[str, int] | None:
         """Apply `report` for the job `job_key` (the controller's key of the job whose uid
-        the report names), or raise core's `ReportRefused` and change nothing."""
+        the report names), or raise core's `ReportRefused` and change nothing. Returns the
+        checkpoint request to put in the reply (None: none is asked of that replica)."""
         if self._on_report is None:
             raise ReportRefused(503, "not the leader: this operator replica is a standby")
         now = self.clock.now()
+        desk = self._desks.get(report.uid)
+        if report.checkpoint is not None:
+            if desk is None:
+                raise ReportRefused(409, f"checkpoint {report.checkpoint.id} was not asked for "
+                                         "or is answered already (no checkpoint is outstanding)")
+            desk.check(report)  # before anything changes: a refusal changes nothing
         entry = self._jobs.get(report.uid)
         if entry is None:
             board = ProgressBoard(report.namespace, report.job, report.uid)
@@ -95,7 +109,35 @@ class ProgressStore:
             entry.last_report, entry.job_key = now, job_key
             if entry.board.last_advance != moved:
                 entry.last_progress = now
-        self._on_report(job_key)
+        answered = desk is not None and desk.accept(report, now) is not None
+        self._on_report(job_key, answered)
+        return desk.ask_for(report) if desk is not None else None
+
+    def ask(self, uid: str, request: CheckpointRequest) -> None:
+        """Hand `request` out to its replica in the replies to its reports (the same request
+        again changes nothing: its answer, if received, is kept)."""
+        desk = self._desks.get(uid)
+        if desk is not None and desk.pending == request:
+            return
+        if desk is not None and desk.saved is not None and desk.saved.id == request.id:
+            return  # answered already; the gate has not seen the status say so yet
+        desk = self._desks.setdefault(uid, CheckpointDesk())
+        desk.pending = request
+
+    def stop_asking(self, uid: str) -> None:
+        """The job's request is over (answered, timed out, or gone): its desk goes, and a
+        late answer is refused."""
+        self._desks.pop(uid, None)
+
+    def saved(self, uid: str) -> SavedCheckpoint | None:
+        """The newest acknowledgement received for the job's request, if any."""
+        desk = self._desks.get(uid)
+        return desk.saved if desk is not None else None
+
+    def reports_from(self, uid: str, replica: str) -> bool:
+        """Whether `replica` (a pod name) of the job has reported to this process."""
+        entry = self._jobs.get(uid)
+        return entry is not None and replica in entry.board.replicas
 
     def snapshot(self, uid: str) -> StoredProgress | None:
         """The job's progress, or None before any report (or after `forget`)."""
@@ -109,3 +151,4 @@ class ProgressStore:
     def forget(self, uid: str) -> None:
         """Drop a job's reports (it was deleted, or replaced by a new job of its name)."""
         self._jobs.pop(uid, None)
+        self._desks.pop(uid, None)

@@ -70,6 +70,8 @@ class Reporter:
         self._asked: int | None = None
         self._ack: dict[str, Any] | None = None
         self._ack_accepted: int | None = None
+        self._last_ack: dict[str, Any] | None = None  # the newest answer the receiver took
+        self._resent: int | None = None  # the request whose answer went a second time
         self._answered: set[int] = set()
         self._last_state: dict[str, Any] = {"step": 0, "total": None, "epoch": None}
 
@@ -259,10 +261,21 @@ class Reporter:
         delivered; a checkpoint request in the reply is noted unless answered already."""
         if ack is not None and self._ack is ack:
             self._ack, self._ack_accepted = None, ack["id"]
+            self._last_ack = ack
         asked = reply.get("checkpoint")
         ident = asked.get("id") if isinstance(asked, dict) else None
-        if isinstance(ident, int) and not isinstance(ident, bool) and ident > 0 \
-                and ident not in self._answered and len(self._answered) < 1024:
+        if not isinstance(ident, int) or isinstance(ident, bool) or ident <= 0:
+            return
+        last = self._last_ack
+        if last is not None and last["id"] == ident and self._ack is None and \
+                self._resent != ident:
+            # Asked again for what it answered: a new operator leader that did not hear the
+            # answer. The same answer goes once more with the next report (not saved twice).
+            self._ack, self._resent = dict(last), ident
+            if self._pending is None:
+                self._pending = dict(self._last_state)
+            self._lock.notify_all()
+        elif ident not in self._answered and len(self._answered) < 1024:
             self._asked = ident
 
     def _body(self) -> bytes:

@@ -64,7 +64,7 @@ async def endpoint() -> AsyncIterator[Endpoint]:
     api.bind("t-deploy", pod("web-1", "p4", "web", "rs1", kind="ReplicaSet",
                              api_version="apps/v1"))
     store, keys = ProgressStore(clock), list[str]()
-    store.activate(keys.append)
+    store.activate(lambda key, answered: keys.append(key))
     server = ProgressServer(store, TokenReviewer(cast(Kube, api), clock), KINDS, "127.0.0.1",
                             0, clock=clock, flood=FloodLimit(clock, rate=5, burst=10))
     client = TestClient(TestServer(server.app()))
@@ -145,7 +145,7 @@ async def test_a_standby_answers_503_with_retry_after_and_applies_nothing(
     assert status == 503 and "not the leader" in reply["error"]
     assert int(headers["Retry-After"]) > 0
     assert endpoint.api.reviews == reviews  # a standby spends no API call on it
-    endpoint.store.activate(endpoint.keys.append)
+    endpoint.store.activate(lambda key, answered: endpoint.keys.append(key))
     assert (await endpoint.post())[0] == 200
 
 

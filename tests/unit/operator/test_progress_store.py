@@ -23,7 +23,7 @@ def report(step: int, uid: str = "u1", job: str = "mnist", replica: str = "mnist
 def active_store(clock: FakeClock, max_jobs: int = 10_000) -> tuple[ProgressStore, list[str]]:
     store = ProgressStore(clock, max_jobs=max_jobs)
     seen: list[str] = []
-    store.activate(seen.append)
+    store.activate(lambda key, answered: seen.append(key))
     return store, seen
 
 

@@ -9,12 +9,13 @@ nothing new (idempotence).
 
 One pass takes one of four paths: a finished, suspended or queued job's (`stop`: `_finish`,
 `_suspend`, `_queue`) or a running one's (`run`: `_run`, with `attempts` for replicas that
-restart together and `stall` for a job whose progress stopped); what holds on every path is
+restart together and `stall` for a job whose progress stopped), then `checkpoint`, which holds
+a stop's deletions back while the job saves; what holds on every path is
 written once: the sweep over the job's pods (`sweep`: what goes, and a deletion cut off
 half-way done again), what goes with the replicas
 (`_without_replicas`), what the status counts (`counts`), and the status, edited typed
 (`state._Status`) and built into a `JobStatus` once, at the end. The modules import one way:
-inputs, state, then counts and sweep, attempts, stall, stop, run, and this one.
+inputs, state, then counts and sweep, attempts, stall, checkpoint, stop, run, and this one.
 """
 
 from __future__ import annotations
@@ -28,14 +29,24 @@ from trainjobs.core.render import RenderedJob
 from trainjobs.core.status import EXCLUSIVE_CONDITIONS, is_finished
 from trainjobs.plugin.types import ReplicaOutcome
 
+from .checkpoint import _checkpoint_first
 from .counts import _restart_totals
-from .inputs import Event, KindRules, Plan, PlanInputs, PlannerSettings, ProgressSeen, retryable
+from .inputs import (
+    CheckpointSeen,
+    Event,
+    KindRules,
+    Plan,
+    PlanInputs,
+    PlannerSettings,
+    ProgressSeen,
+    retryable,
+)
 from .run import _run
 from .state import _requeue, _State, _Status
 from .stop import _finish, _queue, _suspend
 
-__all__ = ["EXCLUSIVE_CONDITIONS", "Event", "KindRules", "Plan", "PlanInputs", "PlannerSettings",
-           "ProgressSeen", "plan", "retryable"]
+__all__ = ["EXCLUSIVE_CONDITIONS", "CheckpointSeen", "Event", "KindRules", "Plan", "PlanInputs",
+           "PlannerSettings", "ProgressSeen", "plan", "retryable"]
 
 
 def plan(
@@ -93,5 +104,6 @@ def _decide(
         _queue(state, inputs, inputs.admission, settings)
     else:
         _run(state, desired, inputs, succeeded, settings)
+    _checkpoint_first(state, inputs)
     state.plan.status = state.status.built(old, job.metadata.generation)
     return state.plan

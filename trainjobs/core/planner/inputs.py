@@ -13,6 +13,7 @@ from typing import Any
 
 from trainjobs.api.models import JobStatus, RestartPolicy
 from trainjobs.core.admission import Admission
+from trainjobs.core.checkpoint import SavedCheckpoint
 from trainjobs.core.deletions import PodDeletion
 from trainjobs.core.observed import GonePod, ObservedPod
 
@@ -95,6 +96,19 @@ class ProgressSeen:
 
 
 @dataclass(frozen=True)
+class CheckpointSeen:
+    """What the backend knows of the job's checkpointing (runPolicy.checkpointTimeoutSeconds;
+    `checkpoint.py`): `replica`, the pod name of the replica its kind declares
+    (`trainjobs_checkpoint_replica`; "" none); `reporting`, whether that replica's current
+    process reports progress (then it is asked in the reply to its reports, else by SIGTERM);
+    `saved`, the acknowledgement the receiver holds (it answers request `saved.id`)."""
+
+    replica: str = ""
+    reporting: bool = False
+    saved: SavedCheckpoint | None = None
+
+
+@dataclass(frozen=True)
 class PlanInputs:
     """What the backend knows of a job besides its spec and rendering: what exists, what it
     saw, and what holds it back. One type, so that a new input (an admission system's
@@ -118,7 +132,8 @@ class PlanInputs:
     `admission`: what Kueue decided (None: the job is not queued). Not admitted: no replica
     may exist (`_queue`); admitted: the pods get the admission's flavors (`_admitted`).
     `progress`: what the replicas reported of training (None: nothing known; see
-    `ProgressSeen`). `now`: the backend's clock (default: the system's).
+    `ProgressSeen`). `checkpoint`: what the backend knows of its checkpointing (None:
+    nothing; see `CheckpointSeen`). `now`: the backend's clock (default: the system's).
     """
 
     pods: Sequence[ObservedPod] = ()
@@ -130,6 +145,7 @@ class PlanInputs:
     owed: frozenset[str] = frozenset()
     admission: Admission | None = None
     progress: ProgressSeen | None = None
+    checkpoint: CheckpointSeen | None = None
     now: datetime | None = None
 
 

@@ -17,6 +17,7 @@ from trainjobs.core.status import current_condition, whole_seconds
 from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 
 from .attempts import _earlier_alive, _hint, _next_attempt, _restart_with_attempt, _stale
+from .checkpoint import stale_for_stall
 from .counts import _created_reason, _lost, _replica_statuses, _restarts, _summary
 from .inputs import Event, PlanInputs, PlannerSettings, retryable
 from .stall import _count_stall, _stall
@@ -88,7 +89,8 @@ def _run(
         if pod is not None and pod.name not in state.rescaled and _stale(state, pod):
             outcomes.append(_restart_with_attempt(state, replica, pod))
             continue
-        if restart_all and not restart_together and pod is not None and not pod.deleting \
+        if (restart_all or stale_for_stall(state.status.checkpoint_request, pod)) and \
+                not restart_together and pod is not None and not pod.deleting \
                 and pod.phase is not PodPhase.SUCCEEDED:
             outcomes.append(_restart_stalled(state, replica, pod))
             continue

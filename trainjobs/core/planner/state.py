@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from trainjobs.api.models import (
+    CheckpointRequestStatus,
+    CheckpointStatus,
     Condition,
     ConditionType,
     Job,
@@ -39,6 +41,10 @@ class _Status:
     attempt: int
     owned_objects: list[OwnedObjectStatus] | None  # reported by plugins: kept as it is
     progress: ProgressStatus | None = None  # reported by the program: kept as it is
+    # Checkpoints (checkpoint.py): the newest saved, the newest request, the user's request.
+    last_checkpoint: CheckpointStatus | None = None
+    checkpoint_request: CheckpointRequestStatus | None = None
+    observed_checkpoint_request: str | None = None
 
     @classmethod
     def of(cls, status: JobStatus) -> _Status:
@@ -48,7 +54,10 @@ class _Status:
                    start_time=_whole(status.start_time),
                    completion_time=_whole(status.completion_time),
                    counted_failures=list(status.counted_failures), attempt=status.attempt,
-                   owned_objects=status.owned_objects or None, progress=status.progress)
+                   owned_objects=status.owned_objects or None, progress=status.progress,
+                   last_checkpoint=status.last_checkpoint,
+                   checkpoint_request=status.checkpoint_request,
+                   observed_checkpoint_request=status.observed_checkpoint_request)
 
     def built(self, old: JobStatus, generation: int | None) -> JobStatus:
         """The status to report: `old` itself when nothing changed (the backend writes
@@ -58,7 +67,10 @@ class _Status:
                         start_time=self.start_time, completion_time=self.completion_time,
                         observed_generation=generation or None,
                         counted_failures=self.counted_failures, attempt=self.attempt,
-                        owned_objects=self.owned_objects, progress=self.progress)
+                        owned_objects=self.owned_objects, progress=self.progress,
+                        last_checkpoint=self.last_checkpoint,
+                        checkpoint_request=self.checkpoint_request,
+                        observed_checkpoint_request=self.observed_checkpoint_request)
         return old if new == old else new
 
 

@@ -90,8 +90,10 @@ def _queue(state: _State, inputs: PlanInputs, admission: Admission,
     Kueue's words; an eviction says by what. It runs again, as a resume, when admitted."""
     job = state.job
     live = [p for p in inputs.pods if not p.deleting]
-    if state.kind.restart_together and live:
-        state.status.attempt = job.status.attempt + 1  # the rendezvous is stale
+    if state.kind.restart_together and any(p.attempt in (None, job.status.attempt)
+                                           for p in live):
+        # The rendezvous is stale (once: pods kept for a checkpoint are of the old attempt).
+        state.status.attempt = job.status.attempt + 1
     _stop_replicas(state, inputs, settings, DeleteReason.QUEUED)
     _ensure_condition(state, ConditionType.CREATED, "JobCreated",
                       f"{job.kind} {job.name} is created")

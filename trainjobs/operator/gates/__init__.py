@@ -4,6 +4,7 @@ Adding a gate is a module beside this one with a `GateFactory`, and its line her
 """
 
 from trainjobs.operator.gates.base import Gate, GateContext, GateFactory, Gates, Verdict
+from trainjobs.operator.gates.checkpoint import CHECKPOINT
 from trainjobs.operator.gates.kueue import KUEUE
 from trainjobs.operator.gates.progress import PROGRESS
 
@@ -13,4 +14,5 @@ __all__ = ["FACTORIES", "Gate", "GateContext", "GateFactory", "Gates", "Verdict"
 FACTORIES: tuple[GateFactory, ...] = (
     KUEUE,
     PROGRESS,
+    CHECKPOINT,
 )

@@ -16,14 +16,14 @@ pool from it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from trainjobs.api.models import Job, JobStatus
 from trainjobs.core.admission import Admission
 from trainjobs.core.observed import ObservedPod
-from trainjobs.core.planner import ProgressSeen
+from trainjobs.core.planner import PlanInputs
 from trainjobs.core.render import RenderedJob
 from trainjobs.kube import Kube
 from trainjobs.kube.informer import Informer
@@ -31,9 +31,17 @@ from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 from trainjobs.operator.controller_settings import ControllerSettings
 from trainjobs.operator.events import EventRecorder
 from trainjobs.operator.result import DONE, Result
+from trainjobs.plugin.manager import PluginManager
 from trainjobs.plugin.types import Framework
 
-__all__ = ["Gate", "GateContext", "GateFactory", "Gates", "Verdict"]
+__all__ = ["GATE_INPUTS", "Gate", "GateContext", "GateFactory", "Gates", "Verdict"]
+
+
+#: The planner's inputs a gate may give (`Verdict.inputs`): every `PlanInputs` field but
+#: those the controller fills from its own caches.
+GATE_INPUTS = frozenset(f.name for f in fields(PlanInputs)) - {
+    "pods", "services", "extras", "lost_causes", "create_refused", "creates_held", "owed",
+    "admission", "now"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +50,20 @@ class Verdict:
     the job (it does not manage it); otherwise the planner obeys it (not admitted: nothing is
     created, and running pods stop without a failure when it says evicted). `result`: when the
     gate wants the job looked at again (e.g. its own write was refused on stale data: with
-    back-off). `progress`: what the job's replicas reported of training, for the planner's
-    stall rule (None: this gate knows nothing of it; the first gate that knows wins)."""
+    back-off). `inputs`: what the gate knows that the planner reads (`PlanInputs` fields by
+    name, one of `GATE_INPUTS`: the progress gate's `progress`, the checkpoint gate's
+    `checkpoint`); the first gate that gives a field wins. A new gate with a new input is a
+    new `PlanInputs` field and the gate's module: nothing here or in the controller."""
 
     admission: Admission | None = None
     result: Result = DONE
-    progress: ProgressSeen | None = None
+    inputs: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.inputs) - GATE_INPUTS
+        if unknown:
+            raise TypeError(f"a gate may not give the planner input(s) {sorted(unknown)}; "
+                            f"it may give {sorted(GATE_INPUTS)}")
 
 
 @dataclass(frozen=True)
@@ -55,7 +71,7 @@ class GateContext:
     """What a gate may use: the API, the watched namespaces (None: all), the controller's
     settings, where Events go, how to ask for a job's (or a namespace's jobs') next pass when
     something the gate watches changes (now, or after some seconds: an earlier request for
-    the job wins), and the controller's clock."""
+    the job wins), the controller's clock and the plugins (what the kinds declare)."""
 
     kube: Kube
     namespaces: Sequence[str | None]
@@ -65,6 +81,7 @@ class GateContext:
     enqueue_namespace: Callable[[str], None]
     enqueue_after: Callable[[str, float], None]
     clock: Clock = SYSTEM_CLOCK
+    plugins: PluginManager | None = None
 
 
 class Gate(Protocol):
@@ -143,19 +160,21 @@ class Gates:
                      pods: Sequence[ObservedPod]) -> Verdict:
         admitted: Admission | None = None
         refusing: Admission | None = None
-        progress: ProgressSeen | None = None
+        inputs: dict[str, object] = {}
         result = DONE
         for gate in self.gates:
             verdict = await gate.decide(key, job, framework, desired, pods)
             result = result.merge(verdict.result)
-            progress = progress or verdict.progress
+            for name, value in verdict.inputs.items():
+                if value is not None:
+                    inputs.setdefault(name, value)
             if verdict.admission is None:
                 continue
             if not verdict.admission.admitted:
                 refusing = refusing or verdict.admission
             else:
                 admitted = admitted or verdict.admission
-        return Verdict(refusing or admitted, result, progress)
+        return Verdict(refusing or admitted, result, inputs)
 
     def annotate(self, key: str, uid: str, status: JobStatus) -> JobStatus:
         for gate in self.gates:

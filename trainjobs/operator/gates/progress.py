@@ -60,13 +60,14 @@ class ProgressGate:
     def watches_managed_by(self, manager: str) -> bool:
         return False
 
-    def on_report(self, key: str) -> None:
+    def on_report(self, key: str, answered: bool = False) -> None:
         """An accepted report: the job's next pass, now if none read the store within the
-        interval, else when the interval is over (the queue keeps one timer per job: the
-        reports meanwhile add nothing)."""
+        interval or it answered the job's checkpoint request (the stop waits for it), else
+        when the interval is over (the queue keeps one timer per job: the reports meanwhile
+        add nothing)."""
         passed = self._passed.get(key)
         waited = None if passed is None else self.clock.monotonic() - passed
-        if waited is None or waited >= self.interval:
+        if answered or waited is None or waited >= self.interval:
             self.enqueue(key)
         else:
             self.enqueue_after(key, self.interval - waited)
@@ -78,7 +79,7 @@ class ProgressGate:
             self.store.forget(self._uids[key])  # a new job of the same name
         self._uids[key] = uid
         self._passed[key] = self.clock.monotonic()
-        return Verdict(progress=self._seen(uid, job.status.progress))
+        return Verdict(inputs={"progress": self._seen(uid, job.status.progress)})
 
     def _seen(self, uid: str, kept: ProgressStatus | None) -> ProgressSeen | None:
         """What the planner's stall rule reads: the store's reports, or after an operator
