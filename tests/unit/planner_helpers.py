@@ -20,6 +20,7 @@ from trainjobs.core.admission import Admission
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase, attempt_of
 from trainjobs.core.planner import (
     EXCLUSIVE_CONDITIONS,
+    CheckpointSeen,
     KindRules,
     Plan,
     PlanInputs,
@@ -33,6 +34,7 @@ from trainjobs.core.render import (
     LABEL_REPLICA_TYPE,
     RenderedJob,
     render_job,
+    render_key,
 )
 from trainjobs.core.validation import parse_job
 from trainjobs.plugin.manager import PluginManager
@@ -114,6 +116,7 @@ class World:
     owed: frozenset[str] = frozenset()  # pods the backend decided to create, not yet seen
     admission: Admission | None = None  # what Kueue decided (None: not queued)
     progress: ProgressSeen | None = None  # what the replicas reported (None: nothing)
+    checkpoint: CheckpointSeen | None = None  # the checkpointing replica (None: nothing)
 
     def __post_init__(self) -> None:
         self.framework = framework_of(self.job.kind, self.plugins)
@@ -132,7 +135,7 @@ class World:
         lost_causes, self.lost_causes = self.lost_causes, {}
         inputs = PlanInputs(list(self.pods.values()), set(self.services), set(self.extras),
                             lost_causes, owed=self.owed, admission=self.admission,
-                            progress=self.progress, now=self.now)
+                            progress=self.progress, checkpoint=self.checkpoint, now=self.now)
         return plan(job, self.desired, inputs,
                     succeeded=lambda o: self.plugins.job_succeeded(job, self.framework, o),
                     settings=self.settings,
@@ -169,9 +172,9 @@ class World:
                 created=self.now, attempt=attempt_of(manifest["metadata"]),
                 replicas_rendered=manifest["metadata"]["annotations"][ANNOTATION_REPLICAS])
             self.created.append(name)
-        attempt = self.job.status.attempt
+        rendered_for = render_key(self.job)
         self.job = self.job.model_copy(update={"status": p.status})
-        if p.status.attempt != attempt:  # as both backends do: a new attempt, a new rendering
+        if render_key(self.job) != rendered_for:  # as both backends: a new attempt or checkpoint
             self.desired = render_job(self.job, self.framework, self.plugins)
         if p.delete_job:
             self.job_deleted = True
