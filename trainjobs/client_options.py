@@ -1,5 +1,5 @@
-"""The flags of the cluster commands (submit, status, list, wait, logs, delete), outside
-the trainjobs.client package, whose import loads aiohttp and the transport.
+"""The flags of the cluster commands (submit, status, list, wait, logs, checkpoint, delete),
+outside the trainjobs.client package, whose import loads aiohttp and the transport.
 
 Why apart from commands.py: building the `trainjobs` parser must stay cheap (`trainjobs render`
 runs in CI loops); the client, the transport and aiohttp are imported only when a cluster
@@ -22,6 +22,17 @@ def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _seconds(text: str) -> float:
+    """--wait's SECONDS: a positive number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig "
                                                   "context's, else default)")
@@ -30,7 +41,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Adds submit, status, list, wait, logs and delete to the `trainjobs` parser."""
+    """Adds submit, status, list, wait, logs, checkpoint and delete to the `trainjobs` parser."""
     submit = sub.add_parser("submit", help="create a job on the cluster (--wait: follow it)")
     submit.add_argument("job", help="job YAML file")
     submit.add_argument("--wait", action="store_true",
@@ -70,6 +81,21 @@ def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     logs.add_argument("-c", "--container", help="container (default: the framework's)")
     _common(logs)
     logs.set_defaults(func=_lazy("logs"))
+
+    checkpoint = sub.add_parser(
+        "checkpoint", help="ask a running job to save a checkpoint now (it keeps running)",
+        description="Asks the job's checkpointing replica to save a checkpoint now, without "
+                    "stopping the job (the job must set spec.runPolicy."
+                    "checkpointTimeoutSeconds). Prints one line: asked, saved at step S to "
+                    "URI, or timed out.")
+    checkpoint.add_argument("job", help="JOB or KIND/JOB")
+    checkpoint.add_argument("--kind", help="the job's kind (as KIND/JOB)")
+    checkpoint.add_argument(
+        "--wait", nargs="?", const=True, default=False, type=_seconds, metavar="SECONDS",
+        help="(after JOB) until the job answers, at most SECONDS (default: its "
+             "checkpointTimeoutSeconds plus a minute); exit 3 when it did not save in time")
+    _common(checkpoint)
+    checkpoint.set_defaults(func=_lazy("checkpoint"))
 
     delete = sub.add_parser("delete", help="delete a job (its pods and Services go with it)")
     delete.add_argument("job", help="JOB or KIND/JOB")

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.integration.operator_helpers import Namespace, job, replica, wait_for
+from trainjobs.labels import ANNOTATION_CHECKPOINT_REQUEST
 
 pytestmark = pytest.mark.integration
 
@@ -218,11 +219,13 @@ def test_on_a_terminal_the_counts_are_redrawn_in_place(ns: Namespace, tmp_path: 
 def test_status_and_logs_of_a_job_managed_by_multikueue(ns: Namespace, tmp_path: Path) -> None:
     """A job managed by Kueue's MultiKueue (here with no Kueue: as in a manager cluster before
     its Workload is admitted): `status` says who manages it and that no worker is named yet;
-    `logs` exits 5 saying its pods run in a worker cluster, not failing on pods it lacks."""
+    `logs` and `checkpoint` exit 5 saying its pods run in a worker cluster, not failing on pods
+    it lacks."""
     manifest = job("MxJob", "remote", {"Scheduler": replica("MxJob"),
                                        "Server": replica("MxJob"),
                                        "Worker": replica("MxJob", 2, exit_code=0)},
-                   managedBy="kueue.x-k8s.io/multikueue")
+                   managedBy="kueue.x-k8s.io/multikueue",
+                   runPolicy={"checkpointTimeoutSeconds": 30})
     path = tmp_path / "remote.yaml"
     path.write_text(yaml.safe_dump(manifest))
     assert cli(ns, "submit", str(path)).returncode == 0
@@ -241,4 +244,12 @@ def test_status_and_logs_of_a_job_managed_by_multikueue(ns: Namespace, tmp_path:
         "cluster (none is named on its Workload yet), not in this cluster, which holds only the "
         f"job and its copied status; read the logs there: trainjobs logs remote -n {ns.name} "
         "--kubeconfig <that cluster's kubeconfig>\n"), logs.stderr
+    # Nor is a checkpoint asked here: the annotation would reach no operator that acts on it.
+    checkpoint = cli(ns, "checkpoint", "remote", "--wait")
+    assert checkpoint.returncode == 5, (checkpoint.stdout, checkpoint.stderr)
+    assert checkpoint.stderr.endswith(
+        f"; run it there: trainjobs checkpoint remote -n {ns.name} --kubeconfig <that "
+        "cluster's kubeconfig>\n"), checkpoint.stderr
+    stored = ns.job("MxJob", "remote") or {}
+    assert ANNOTATION_CHECKPOINT_REQUEST not in (stored["metadata"].get("annotations") or {})
     assert ns.pods("remote") == []

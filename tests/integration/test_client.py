@@ -1,6 +1,7 @@
 """trainjobs.client on the real control plane: create from YAML, dict and model; get, list by
-label, watch, wait, pods, events, logs (which KWOK nodes cannot serve), delete; the sync
-wrapper; an unreachable cluster. The module's shared operator runs the jobs."""
+label, watch, wait, pods, events, logs (which KWOK nodes cannot serve), delete; a checkpoint
+request (the annotation and the refusals); the sync wrapper; an unreachable cluster. The
+module's shared operator runs the jobs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from trainjobs.api.models import Job
 from trainjobs.client import (
     AmbiguousJob,
     AsyncClient,
+    CheckpointRefused,
     Client,
     ClusterUnreachable,
     JobFailed,
@@ -25,6 +27,7 @@ from trainjobs.client import (
 )
 from trainjobs.errors import SpecInvalid
 from trainjobs.kube import ApiConflict
+from trainjobs.labels import ANNOTATION_CHECKPOINT_REQUEST
 
 pytestmark = pytest.mark.integration
 
@@ -127,6 +130,26 @@ def test_sync_client_from_a_yaml_file(ns: Namespace, tmp_path: Path) -> None:
         assert client.wait("sync", timeout=5).status.state == "Succeeded"
         assert [j.name for j in client.list()] == ["sync"]
         client.delete("sync")
+
+
+def test_checkpoint_writes_the_annotation_or_refuses(ns: Namespace) -> None:
+    """What the operator does with the annotation is tests/integration/test_checkpoint*'s."""
+    asked = mx("asked", exit_code=None)
+    asked["spec"]["runPolicy"] = {"checkpointTimeoutSeconds": 30}
+    with Client(str(ns.plane.kubeconfig), ns.name) as client:
+        client.create(asked)
+        client.create(mx("plain", exit_code=None))
+        written = client.checkpoint("asked")
+        value = written.metadata.annotations[ANNOTATION_CHECKPOINT_REQUEST]
+        stored = ns.job("MxJob", "asked")
+        assert stored is not None
+        assert stored["metadata"]["annotations"][ANNOTATION_CHECKPOINT_REQUEST] == value
+        assert value.endswith("Z") and len(value) == len("2026-11-28T09:00:00.123456Z")
+        assert stored["spec"]["runPolicy"] == {"checkpointTimeoutSeconds": 30}
+        with pytest.raises(CheckpointRefused, match="checkpointTimeoutSeconds"):
+            client.checkpoint("plain")
+        assert ANNOTATION_CHECKPOINT_REQUEST not in (
+            (ns.job("MxJob", "plain") or {})["metadata"].get("annotations") or {})
 
 
 async def test_unreachable_cluster(tmp_path: Path, ns: Namespace) -> None:

@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -393,3 +394,85 @@ def test_trainjobs_run_trains_the_example_with_torch_distributed(
     (run_dir,) = (tmp_path / "runs").iterdir()
     master_log = (run_dir / "pytorch-gloo-master-0.log").read_text()
     assert re.search(r"joined a world of 3 at 127\.0\.0\.1:\d+", master_log), master_log[-2000:]
+
+
+def _results(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line.split(RESULT_PREFIX, 1)[1]) for line in out.splitlines()
+            if RESULT_PREFIX in line]
+
+
+def _run_interrupted(argv: list[str], env: dict[str, str], at_line: str,
+                     timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `argv`, SIGINT it (as Ctrl-C would) once a line matches `at_line`, and read it to
+    its end."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if len(lines) == 1 or not re.search(at_line, line) or \
+                    any(re.search(at_line, seen) for seen in lines[:-1]):
+                continue
+            proc.send_signal(signal.SIGINT)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+        os.killpg(proc.pid, signal.SIGKILL)
+        reader.join(30)
+        pytest.fail(f"{' '.join(argv)} did not finish in {timeout}s:\n{''.join(lines)[-6000:]}")
+    assert proc.stdout is not None
+    proc.stdout.close()
+    return subprocess.CompletedProcess(argv, proc.wait(timeout=60), "".join(lines), "")
+
+
+@pytest.mark.e2e
+def test_the_example_checkpoints_its_state_dicts_and_resumes_from_them(
+    fresh_venv: FreshVenv, gloo_venv: Path, tmp_path: Path
+) -> None:
+    """Issue 38 with the third-party kind: interrupted, `trainjobs run` asks the plugin's
+    checkpointing replica (the Master), rank 0 saves the model's and optimizer's state_dicts;
+    `--resume` has every rank load them and train from the saved step + 1."""
+    steps = 40
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["runPolicy"]["checkpointTimeoutSeconds"] = 60
+    for rspec in doc["spec"]["replicaSpecs"].values():
+        container = rspec["template"]["spec"]["containers"][0]
+        container["command"] = ["python", "-u", str(EXAMPLE.parent / "train_ddp.py")]
+        container["args"] = ["--steps", str(steps), "--step-delay", "0.1",
+                             "--checkpoint-dir", str(tmp_path / "ckpt")]
+    job = tmp_path / "pytorch-gloo.yaml"
+    job.write_text(yaml.safe_dump(doc))
+    env = clean_env(PATH=os.pathsep.join([str(gloo_venv / "bin"), str(fresh_venv.bin),
+                                          os.environ.get("PATH", "")]))
+    argv = [fresh_venv.exe("trainjobs"), "run", "--no-color", "--run-dir", str(tmp_path / "runs")]
+
+    first = _run_interrupted([*argv, str(job)], env, r"master 0 step ([5-9]|\d\d) loss")
+    assert first.returncode == 130, first.stdout[-4000:]
+    assert "SIGINT: asking pytorch-gloo-master-0 for a checkpoint" in first.stdout
+    [record] = (tmp_path / "runs").glob("pytorch-gloo-*/checkpoint.json")
+    saved = json.loads(record.read_text())
+    s = saved["step"]
+    assert 5 <= s < steps and saved["replica"] == "pytorch-gloo-master-0", saved
+    assert saved["uri"] == str(tmp_path / "ckpt" / f"step-{s}.pt")
+    assert Path(saved["uri"]).is_file()
+    assert f"master 0: checkpoint at step {s}: {saved['uri']}" in first.stdout
+    first_loss = float(re.findall(r"master 0 step 1 loss (\S+)", first.stdout)[0])
+
+    second = run([*argv, "--resume", str(job)], cwd=tmp_path, env=env, timeout=300)
+    out = ok(second)
+    assert f"resuming from the checkpoint at step {s}" in out
+    results = _results(out)
+    assert sorted(r["rank"] for r in results) == [0, 1, 2], out[-3000:]
+    for r in results:
+        assert (r["first_step"], r["steps"]) == (s + 1, steps), r
+        assert r["final_loss"] < first_loss / 2, r  # on from the saved state
+        assert f"{'master' if r['rank'] == 0 else 'worker'} {r['rank']}: resumed from step " \
+               f"{s}" in out
+    assert len({r["param_checksum"] for r in results}) == 1, results
+    assert [int(n) for n in re.findall(r"master 0 step (\d+) loss", out)] == \
+        list(range(s + 1, steps + 1))

@@ -18,9 +18,24 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from trainjobs.api.models import MANAGED_BY_OPERATOR, Job, JobSpec, JobStatus, ObjectMeta
+from trainjobs.api.models import (
+    MANAGED_BY_OPERATOR,
+    CheckpointRequestStatus,
+    Job,
+    JobSpec,
+    JobStatus,
+    ObjectMeta,
+)
+from trainjobs.client.checkpoint import (
+    ANSWER_GRACE_SECONDS,
+    answered,
+    managed_elsewhere,
+    refusal,
+    request_value,
+)
 from trainjobs.client.errors import (
     AmbiguousJob,
+    CheckpointRefused,
     ClusterUnreachable,
     JobFailed,
     JobNotFound,
@@ -31,7 +46,7 @@ from trainjobs.client.errors import (
 )
 from trainjobs.client.views import JobEvent, PodInfo, replica_names
 from trainjobs.core.render import LABEL_JOB_NAME
-from trainjobs.core.status import FINISHED_STATES
+from trainjobs.core.status import FINISHED_STATES, is_finished
 from trainjobs.core.validation import parse_job, split_jobs
 from trainjobs.errors import SpecInvalid
 from trainjobs.kube import (
@@ -51,6 +66,8 @@ from trainjobs.kube import (
 from trainjobs.kube.kubeconfig import current_context
 from trainjobs.kube.listwatch import LISTED
 from trainjobs.kueue import constants as kueue
+from trainjobs.labels import ANNOTATION_CHECKPOINT_REQUEST
+from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Framework
 from trainjobs.yamlio import load_documents, read_documents
@@ -74,8 +91,10 @@ class AsyncClient:
     """
 
     def __init__(self, kubeconfig: str | None = None, namespace: str | None = None, *,
-                 plugins: PluginManager | None = None, request_timeout: float = 30.0) -> None:
+                 plugins: PluginManager | None = None, request_timeout: float = 30.0,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.kubeconfig = kubeconfig
+        self.clock = clock  # the time a checkpoint request carries
         self._namespace = namespace
         self.plugins = plugins or load_plugins()
         self.request_timeout = request_timeout
@@ -238,6 +257,73 @@ class AsyncClient:
                 raise WaitTimeout(f"{job.kind} {job.name} still exists after {timeout:g}s",
                                   job) from None
         return job
+
+    async def checkpoint(self, name: str, kind: str | None = None,
+                         namespace: str | None = None, *, wait: bool | float = False) -> Job:
+        """Ask the job's checkpointing replica to save now, without stopping it: writes the
+        trainjobs.io/checkpoint-request annotation (the time, a new value each call), which
+        the operator takes up (status.observedCheckpointRequest) and records as
+        status.checkpointRequest; the saved checkpoint lands in status.lastCheckpoint.
+
+        `wait`: until that request has ended (Saved, TimedOut...), then returns the job;
+        True waits spec.runPolicy.checkpointTimeoutSeconds plus a minute (the operator ends
+        every request by its deadline), a number that many seconds; `WaitTimeout` after it.
+        Without `wait`, returns the job as written. Raises `CheckpointRefused` for a job that
+        has finished, is suspended, lacks checkpointTimeoutSeconds or runs in another
+        cluster."""
+        job = await self.get(name, kind, namespace)
+        why = refusal(job)
+        if why is None and managed_elsewhere(job):
+            why = await self.elsewhere(job, "checkpoint")
+        if why is not None:
+            raise CheckpointRefused(why)
+        value = request_value(self.clock.now())
+        before = job.status.checkpoint_request
+        kube = await self.kube()
+        patch = {"metadata": {"annotations": {ANNOTATION_CHECKPOINT_REQUEST: value}}}
+        try:
+            with reaching():
+                raw = await kube.request(
+                    "PATCH", self.resource(job.kind).url(job.namespace, job.name), patch,
+                    content_type="application/merge-patch+json")
+        except ApiNotFound:
+            raise JobNotFound(f"{job.kind} {job.name} was deleted") from None
+        written = self.job_from_api({**raw, "kind": job.kind})
+        if wait is False:
+            return written
+        timeout = (float(wait) if not isinstance(wait, bool) else
+                   float(job.spec.run_policy.checkpoint_timeout_seconds or 0)
+                   + ANSWER_GRACE_SECONDS)
+        return await self._answer(written, value, before, timeout)
+
+    async def _answer(self, job: Job, value: str, before: CheckpointRequestStatus | None,
+                      timeout: float) -> Job:
+        """The job once the operator has answered the checkpoint request `value`."""
+        last = [job]
+
+        async def run() -> Job:
+            async for seen in self.watch(job.name, job.kind, job.namespace):
+                last[0] = seen
+                if answered(seen, value, before):
+                    return seen
+                if is_finished(seen.status):
+                    raise NeverReached(f"{job.kind} {job.name} {seen.status.state} before its "
+                                       f"checkpoint request was answered", seen)
+            raise JobNotFound(f"{job.name} was deleted while waiting for its checkpoint")
+
+        try:
+            return await asyncio.wait_for(run(), timeout)
+        except TimeoutError:
+            seen = last[0]
+            request = seen.status.checkpoint_request
+            if seen.status.observed_checkpoint_request != value:
+                state = "the operator has not taken the request up"
+            elif request is None:
+                state = "no request recorded"
+            else:
+                state = f"request {request.id} ({request.reason}) {request.outcome}"
+            raise WaitTimeout(f"no answer to the checkpoint request of {job.kind} {job.name} "
+                              f"after {timeout:g}s: {state}", seen) from None
 
     async def _gone(self, job: Job) -> None:
         with contextlib.suppress(JobNotFound):
@@ -402,14 +488,16 @@ class AsyncClient:
                 return str(cluster)
         return None
 
-    async def elsewhere(self, job: Job) -> str:
-        """Why a job managed by another controller has no pod here, and where they are."""
+    async def elsewhere(self, job: Job, command: str = "logs") -> str:
+        """Why a job managed by another controller has no pod here, and where they are;
+        `command`: the `trainjobs` command to run there instead (logs, checkpoint)."""
         where = await self.worker_cluster(job)
         place = (f"in the worker cluster {where!r} (its Workload's status.clusterName)" if where
                  else "in a worker cluster (none is named on its Workload yet)")
+        there = "read the logs there" if command == "logs" else "run it there"
         return (f"{job.kind} {job.name} is managed by {job.spec.manager()}: its pods run "
                 f"{place}, not in this cluster, which holds only the job and its copied "
-                f"status; read the logs there: trainjobs logs {job.name} -n {job.namespace} "
+                f"status; {there}: trainjobs {command} {job.name} -n {job.namespace} "
                 f"--kubeconfig <that cluster's kubeconfig>")
 
     # -- helpers ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The cluster commands of `trainjobs`: submit, status, list, wait, logs, delete.
+"""The cluster commands of `trainjobs`: submit, status, list, wait, logs, checkpoint, delete.
 
 Why one module on the client: each command is a few lines over `AsyncClient` and `follow`,
 and one place maps the client's errors to the documented exit codes (docs/client.md):
@@ -16,8 +16,14 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from trainjobs.api.models import MANAGED_BY_MULTIKUEUE, MANAGED_BY_OPERATOR, Job
+from trainjobs.api.models import (
+    MANAGED_BY_MULTIKUEUE,
+    MANAGED_BY_OPERATOR,
+    CheckpointOutcome,
+    Job,
+)
 from trainjobs.client.aio import AsyncClient, finish_message
+from trainjobs.client.checkpoint import checkpoint_lines, outcome_line
 from trainjobs.client.errors import (
     ClientError,
     ClusterUnreachable,
@@ -123,6 +129,11 @@ async def _status(client: AsyncClient, args: argparse.Namespace) -> int:
         print("progress:")
         for line in lines:
             print(f"  {line}")
+    lines = checkpoint_lines(job, datetime.now(UTC))
+    if lines:
+        print("checkpoint:")
+        for line in lines:
+            print(f"  {line}")
     print("replicas:")
     for replica in progress(job, pods):
         print(f"  {replica.describe()}")
@@ -184,6 +195,19 @@ async def _logs(client: AsyncClient, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _checkpoint(client: AsyncClient, args: argparse.Namespace) -> int:
+    job = await client.checkpoint(args.job, args.kind, args.namespace, wait=args.wait)
+    if args.wait is False:
+        print(f"{job.kind.lower()}/{job.name}: asked for a checkpoint (trainjobs status "
+              f"{job.name} -n {job.namespace} shows the answer)")
+        return 0
+    print(outcome_line(job))
+    outcome = job.status.checkpoint_request.outcome if job.status.checkpoint_request else None
+    if outcome == CheckpointOutcome.SAVED:
+        return 0
+    return EXIT_TIMEOUT if outcome == CheckpointOutcome.TIMED_OUT else EXIT_FAILED
+
+
 async def _delete(client: AsyncClient, args: argparse.Namespace) -> int:
     job = await client.delete(args.job, namespace=args.namespace, wait=args.wait)
     print(f"{job.kind.lower()}/{job.name} deleted")
@@ -199,4 +223,5 @@ def _age(when: datetime) -> str:
 
 
 COMMANDS: dict[str, Command] = {"submit": _submit, "status": _status, "list": _list,
-                                "wait": _wait, "logs": _logs, "delete": _delete}
+                                "wait": _wait, "logs": _logs, "checkpoint": _checkpoint,
+                                "delete": _delete}

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AmbiguousJob",
+    "CheckpointRefused",
     "ClientError",
     "ClusterUnreachable",
     "JobFailed",
@@ -41,6 +42,11 @@ class JobNotFound(ClientError):
 
 class AmbiguousJob(ClientError):
     """Jobs of several kinds have that name; name one as KIND/NAME."""
+
+
+class CheckpointRefused(ClientError):
+    """The job cannot be asked for a checkpoint: it has finished, is suspended, does not set
+    spec.runPolicy.checkpointTimeoutSeconds, or runs in another cluster (MultiKueue)."""
 
 
 class LogsUnavailable(ClientError):

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from trainjobs.api.models import Job
 from trainjobs.client.aio import AsyncClient, JobSource
 from trainjobs.client.views import JobEvent, PodInfo
+from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 from trainjobs.plugin.manager import PluginManager
 
 __all__ = ["Client"]
@@ -28,13 +29,14 @@ class Client:
     """Synchronous jobs client; see `AsyncClient` for what each call does."""
 
     def __init__(self, kubeconfig: str | None = None, namespace: str | None = None, *,
-                 plugins: PluginManager | None = None, request_timeout: float = 30.0) -> None:
+                 plugins: PluginManager | None = None, request_timeout: float = 30.0,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="trainjobs-client")
         self._thread.start()
         self.aio = AsyncClient(kubeconfig, namespace, plugins=plugins,
-                               request_timeout=request_timeout)
+                               request_timeout=request_timeout, clock=clock)
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -97,6 +99,10 @@ class Client:
     def delete(self, name: str, kind: str | None = None, namespace: str | None = None, *,
                wait: bool = False, timeout: float | None = None) -> Job:
         return self._call(self.aio.delete(name, kind, namespace, wait=wait, timeout=timeout))
+
+    def checkpoint(self, name: str, kind: str | None = None, namespace: str | None = None,
+                   *, wait: bool | float = False) -> Job:
+        return self._call(self.aio.checkpoint(name, kind, namespace, wait=wait))
 
     def watch(self, name: str, kind: str | None = None,
               namespace: str | None = None) -> Iterator[Job]:

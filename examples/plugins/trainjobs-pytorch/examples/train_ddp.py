@@ -16,13 +16,23 @@ the store on it, and joins ``env://`` as a client, the way torchrun's agent does
 ``env://``. Gloo binds the interface named by GLOO_SOCKET_IFNAME (the plugin sets ``lo``
 locally).
 
-Per step: ``<role> <rank> step N loss X``, and a progress report to trainjobs (a plain
-``trainjobs_progress.report`` call: the core gives every replica of every kind, this plugin's
-included, the environment it reads; ``pip install trainjobs-progress`` in the image). At the
-end: ``TRAINJOBS_RESULT {json}`` with role,
-rank, index, world_size, first_loss, final_loss and param_checksum (the first 16 hex digits
-of the SHA-256 of the final float32 parameters). Exit 0 on success, 1 on a failure of
-training, 2 for a missing or inconsistent environment.
+Per step (1..--steps): ``<role> <rank> step N loss X``, and a progress report to trainjobs (a
+plain ``trainjobs_progress.report`` call: the core gives every replica of every kind, this
+plugin's included, the environment it reads; ``pip install trainjobs-progress`` in the image).
+At the end: ``TRAINJOBS_RESULT {json}`` with role, rank, index, world_size, first_step, steps,
+first_loss, final_loss and param_checksum (the first 16 hex digits of the SHA-256 of the
+final float32 parameters). Exit 0 on success, 1 on a failure of training, 2 for a missing or
+inconsistent environment.
+
+Checkpoints (``--checkpoint-dir DIR``, with the job's ``runPolicy.checkpointTimeoutSeconds``):
+trainjobs asks the Master (rank 0; the plugin's ``checkpoint_replica``); on
+``checkpoint_requested()`` it saves the model's and the optimizer's ``state_dict`` and the
+step with ``torch.save`` to ``DIR/step-N.pt``, answers ``checkpoint_saved(N, path)`` and
+trains on (until trainjobs stops it, or on, after ``trainjobs checkpoint``). Only rank 0
+saves: under DDP every rank holds the same parameters and optimizer state. Started again with
+a checkpoint (``last_checkpoint()``: ``trainjobs run --resume``, or the operator's next pods),
+every rank loads that file and trains from step N + 1. On Kubernetes DIR must be storage that
+every pod mounts (a ReadWriteMany volume), as the loading ranks read rank 0's file.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import json
 import os
 import socket
 import sys
+import time
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -105,6 +116,18 @@ def checksum(model: torch.nn.Module) -> str:
     return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
 
 
+def save(directory: str, step: int, model: torch.nn.Module,
+         optimizer: torch.optim.Optimizer) -> str:
+    """The step's state to DIR/step-N.pt (written whole, then renamed: a reader never sees
+    half a file); its absolute path."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.abspath(os.path.join(directory, f"step-{step}.pt"))
+    torch.save({"step": step, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict()}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
@@ -112,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=128, help="samples per rank")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for peers (rendezvous and collectives)")
+    parser.add_argument("--checkpoint-dir", default="",
+                        help="rank 0 saves here when trainjobs asks for a checkpoint")
+    parser.add_argument("--step-delay", type=float, default=0.0,
+                        help="seconds to sleep after each step (to interrupt it in tests)")
     args = parser.parse_args(argv)
 
     rank, world = contract()
@@ -136,16 +163,30 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.batch, 8, generator=shard)
     y = x @ w + b + 0.01 * torch.randn(args.batch, 1, generator=shard)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    start = 1
+    last = trainjobs_progress.last_checkpoint()
+    if last is not None:  # every rank loads the same state (DDP needs them equal)
+        state = torch.load(last["uri"], map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = int(state["step"]) + 1
+        log(f"{role} {rank}: resumed from step {state['step']} ({last['uri']})")
 
     losses: list[float] = []
-    for step in range(args.steps):
+    for step in range(start, args.steps + 1):
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(ddp(x), y)
         loss.backward()  # gradients all-reduced (averaged) across ranks here
         optimizer.step()
         losses.append(loss.item())
         log(f"{role} {rank} step {step} loss {losses[-1]:.6f}")
-        trainjobs_progress.report(step + 1, total=args.steps, loss=losses[-1])
+        trainjobs_progress.report(step, total=args.steps, loss=losses[-1])
+        if rank == 0 and args.checkpoint_dir and trainjobs_progress.checkpoint_requested():
+            path = save(args.checkpoint_dir, step, model, optimizer)
+            log(f"{role} {rank}: checkpoint at step {step}: {path}")
+            trainjobs_progress.checkpoint_saved(step, path)
+        if args.step_delay:
+            time.sleep(args.step_delay)
 
     mine = checksum(model)
     everyone: list[str | None] = [None] * world
@@ -154,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{role} {rank}: parameters differ across ranks: {everyone}")
         return 1
     result = {"role": role, "rank": rank, "index": index, "world_size": world,
+              "first_step": start, "steps": args.steps,
               "first_loss": losses[0] if losses else None,
               "final_loss": losses[-1] if losses else None, "param_checksum": mine}
     log("TRAINJOBS_RESULT " + json.dumps(result))

@@ -150,6 +150,13 @@ def test_the_master_exit_decides_success() -> None:
                                           framework=PYTORCH, outcomes=[]) is None
 
 
+def test_the_master_is_asked_for_checkpoints() -> None:
+    j = job()
+    assert plugin.trainjobs_checkpoint_replica(job=j, framework=PYTORCH) == Replica("Master", 0)
+    assert plugin.trainjobs_checkpoint_replica(job=j.model_copy(update={"kind": "TfJob"}),
+                                               framework=PYTORCH) is None
+
+
 def test_the_master_pod_is_labelled() -> None:
     j = job()
     pods = {r: {"metadata": {"labels": {}}} for r in (Replica("Master", 0), Replica("Worker", 0))}

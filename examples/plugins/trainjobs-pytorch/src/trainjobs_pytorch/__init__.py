@@ -32,7 +32,8 @@ is required. With `trainjobs run` every container also gets GLOO_SOCKET_IFNAME=l
 binds and advertises the loopback address of this machine.
 
 Success: the Master exits 0 (Kubeflow's rule). Workers still running are then cleaned up
-according to `runPolicy.cleanPodPolicy`.
+according to `runPolicy.cleanPodPolicy`. Checkpoints (`runPolicy.checkpointTimeoutSeconds`):
+the Master is the replica asked.
 """
 
 from __future__ import annotations
@@ -179,6 +180,11 @@ class PyTorchPlugin(FrameworkPlugin):
     def succeeded(self, job: Job, outcomes: Sequence[ReplicaOutcome]) -> bool:
         return any(_is_master(o.replica) and o.phase is ReplicaPhase.SUCCEEDED
                    for o in outcomes)
+
+    def checkpoint_replica(self, job: Job) -> Replica | None:
+        """The Master (rank 0) saves when trainjobs asks for a checkpoint (plugin API 1.14;
+        an older trainjobs never calls it)."""
+        return Replica(_master_key(job), 0)
 
     # A raw hook beside the FrameworkPlugin methods: it must check the kind itself.
     @hookimpl
