@@ -29,6 +29,7 @@ from trainjobs.api.models import (
 from trainjobs.client.checkpoint import (
     ANSWER_GRACE_SECONDS,
     answered,
+    declined,
     managed_elsewhere,
     refusal,
     request_value,
@@ -306,6 +307,11 @@ class AsyncClient:
                 last[0] = seen
                 if answered(seen, value, before):
                     return seen
+                if declined(seen, value, before):
+                    raise CheckpointRefused(f"{job.kind} {job.name}: the operator asked no "
+                                            "replica (its checkpointing replica is not "
+                                            "running or does not report progress; the job's "
+                                            "CheckpointNotAsked Event says which)")
                 if is_finished(seen.status):
                     raise NeverReached(f"{job.kind} {job.name} {seen.status.state} before its "
                                        f"checkpoint request was answered", seen)

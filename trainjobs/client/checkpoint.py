@@ -21,7 +21,7 @@ from trainjobs.core.status import is_finished
 from trainjobs.labels import ANNOTATION_CHECKPOINT_REQUEST
 from trainjobs.local.output import format_duration
 
-__all__ = ["ANSWER_GRACE_SECONDS", "answered", "checkpoint_lines", "managed_elsewhere",
+__all__ = ["ANSWER_GRACE_SECONDS", "answered", "checkpoint_lines", "declined", "managed_elsewhere",
            "outcome_line", "refusal", "request_value"]
 
 #: `wait=True` waits checkpointTimeoutSeconds plus this: the operator ends every request by
@@ -67,6 +67,18 @@ def answered(job: Job, value: str, before: CheckpointRequestStatus | None) -> bo
         return False
     return (before is None or request.id != before.id
             or before.outcome == CheckpointOutcome.PENDING)
+
+
+def declined(job: Job, value: str, before: CheckpointRequestStatus | None) -> bool:
+    """Whether the operator took the request `value` up without asking anyone (its
+    checkpointing replica does not run, or does not report progress: the job's
+    CheckpointNotAsked Event says which). It writes observedCheckpointRequest and the new
+    request in one status update, so an unchanged request beside the taken-up value is a
+    refusal, not a request still to come."""
+    if job.status.observed_checkpoint_request != value:
+        return False
+    ended_before = before is None or before.outcome != CheckpointOutcome.PENDING
+    return ended_before and job.status.checkpoint_request == before
 
 
 def outcome_line(job: Job) -> str:

@@ -23,6 +23,7 @@ from trainjobs.client.aio import AsyncClient, job_from_api
 from trainjobs.client.checkpoint import (
     answered,
     checkpoint_lines,
+    declined,
     outcome_line,
     refusal,
     request_value,
@@ -117,6 +118,25 @@ def test_an_answer_counts_once_taken_up_and_ended() -> None:
     assert answered(with_status(observedCheckpointRequest=VALUE,
                                 checkpointRequest=request(1, "Saved", "Suspended")),
                     VALUE, pending)
+
+
+def test_taken_up_without_a_new_request_is_declined() -> None:
+    def with_status(**status: Any) -> Job:
+        return job(status=status)
+
+    old = CheckpointRequestStatus.model_validate(request(1, "TimedOut"))
+    # The operator took the value up and asked nobody (one status update writes both).
+    assert declined(with_status(observedCheckpointRequest=VALUE), VALUE, None)
+    assert declined(with_status(observedCheckpointRequest=VALUE,
+                                checkpointRequest=request(1, "TimedOut")), VALUE, old)
+    # Not taken up yet; or a new request recorded; or one pending when asked that may answer.
+    assert not declined(with_status(), VALUE, None)
+    assert not declined(with_status(observedCheckpointRequest=VALUE,
+                                    checkpointRequest=request(2)), VALUE, old)
+    pending = CheckpointRequestStatus.model_validate(request(1, "Pending", "Suspended"))
+    assert not declined(with_status(observedCheckpointRequest=VALUE,
+                                    checkpointRequest=request(1, "Pending", "Suspended")),
+                        VALUE, pending)
 
 
 def test_outcome_lines() -> None:
