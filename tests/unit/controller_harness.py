@@ -19,7 +19,7 @@ from trainjobs.kube import PODS, Resource, job_resource
 from trainjobs.kube.informer import Informer
 from trainjobs.kueue.reconcile import KueueSettings
 from trainjobs.operator.controller import Controller, ControllerSettings
-from trainjobs.operator.gates import Gates
+from trainjobs.operator.gates import GateFactory, Gates
 from trainjobs.operator.gates.kueue import NAMESPACES, Queueing
 from trainjobs.operator.memory import JobMemory
 
@@ -132,13 +132,19 @@ async def running_controller(**settings: Any) -> AsyncIterator[Harness]:
 
 
 @asynccontextmanager
-async def controller_on(kube: FakeKube, clock: FakeClock, **settings: Any
+async def controller_on(kube: FakeKube, clock: FakeClock,
+                        gate_factories: Sequence[GateFactory] | None = None, **settings: Any
                         ) -> AsyncIterator[Harness]:
     """A controller on an existing fake API and clock, its informers synced: another
     operator process (one started after an earlier one was killed remembers nothing and
-    lists everything afresh)."""
+    lists everything afresh). With `gate_factories`, those gates are started (each process
+    its own: a store in `settings` is that process's)."""
     controller = Controller(kube, PLUGINS,  # type: ignore[arg-type]
-                            ControllerSettings(namespaces=(NS,), **settings), clock)
+                            ControllerSettings(namespaces=(NS,), **settings), clock,
+                            **({} if gate_factories is None else
+                               {"gate_factories": gate_factories}))
+    if gate_factories is not None:
+        await controller.start_gates()
     poster = asyncio.create_task(controller.events.run())
     try:
         async with synced(controller.informers):

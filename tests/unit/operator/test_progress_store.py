@@ -4,12 +4,14 @@ of the last advance, refuses without changing anything, and stays bounded in job
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from tests.unit.controller_harness import T0, FakeClock
-from trainjobs.core.progress import ProgressReport, ReportRefused
+from trainjobs.core.checkpoint import CheckpointRequest
+from trainjobs.core.progress import CheckpointAck, ProgressReport, ReportRefused
 from trainjobs.operator.progress_store import ProgressStore
 
 
@@ -90,3 +92,48 @@ def test_forget_and_deactivate_drop_reports() -> None:
     assert store.snapshot("a") is None and store.snapshot("b") is not None
     store.deactivate()
     assert not store.active and store.snapshot("b") is None
+
+
+def ack(step: int, rid: int, uid: str = "u1", replica: str = "mnist-worker-0",
+        attempt: int = 0) -> ProgressReport:
+    return replace(report(step, uid=uid, replica=replica), attempt=attempt,
+                    checkpoint=CheckpointAck(rid, step, f"/ckpt/{step}"))
+
+
+def test_a_checkpoint_request_goes_only_to_its_replica_until_answered() -> None:
+    store, _ = active_store(FakeClock())
+    answered: list[bool] = []
+    store.activate(lambda key, done: answered.append(done))
+    assert store.apply(report(1), "MxJob/ns/mnist") is None  # nothing asked yet
+    store.ask("u1", CheckpointRequest(3, "mnist-worker-0", 0))
+    assert store.apply(report(2), "MxJob/ns/mnist") == {"id": 3}
+    assert store.apply(report(2, replica="mnist-worker-1"), "MxJob/ns/mnist") is None
+    assert store.reports_from("u1", "mnist-worker-0")
+    assert not store.reports_from("u1", "mnist-worker-9")
+    # A wrong id, another attempt, another replica: refused, nothing changes.
+    for bad in (ack(3, rid=2), ack(3, rid=3, attempt=1), ack(3, rid=3, replica="mnist-worker-1")):
+        with pytest.raises(ReportRefused) as caught:
+            store.apply(bad, "MxJob/ns/mnist")
+        assert caught.value.status == 409
+    assert store.saved("u1") is None and answered == [False, False, False]
+    assert store.apply(ack(4, rid=3), "MxJob/ns/mnist") is None  # answered: asked no more
+    saved = store.saved("u1")
+    assert saved is not None and (saved.id, saved.step, saved.uri) == (3, 4, "/ckpt/4")
+    assert answered[-1] is True  # the job's pass comes now, not after the interval
+    store.ask("u1", CheckpointRequest(3, "mnist-worker-0", 0))  # the gate, not yet told
+    assert store.apply(report(5), "MxJob/ns/mnist") is None
+    store.stop_asking("u1")
+    with pytest.raises(ReportRefused, match="no checkpoint is outstanding"):
+        store.apply(ack(6, rid=3), "MxJob/ns/mnist")  # a late answer
+    assert store.saved("u1") is None
+
+
+def test_an_answer_with_no_request_is_refused_and_deactivate_forgets_requests() -> None:
+    store, _ = active_store(FakeClock())
+    with pytest.raises(ReportRefused) as caught:
+        store.apply(ack(1, rid=1), "MxJob/ns/mnist")
+    assert caught.value.status == 409 and store.snapshot("u1") is None
+    store.ask("u1", CheckpointRequest(1, "mnist-worker-0", 0))
+    store.deactivate()
+    store.activate(lambda key, done: None)
+    assert store.apply(report(1), "MxJob/ns/mnist") is None  # a new leader asks again itself

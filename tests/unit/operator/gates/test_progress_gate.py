@@ -6,14 +6,11 @@ restart from what the status kept; a deleted job's reports are forgotten."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
-from tests.unit.controller_harness import NS, TFJOBS, FakeClock, Harness, synced
+from tests.unit.controller_harness import NS, TFJOBS, FakeClock, Harness, controller_on
 from tests.unit.fake_kube import FakeKube
-from tests.unit.helpers import PLUGINS
 from trainjobs.core.progress import ProgressReport
-from trainjobs.operator.controller import Controller, ControllerSettings
 from trainjobs.operator.gates import FACTORIES
 from trainjobs.operator.gates.progress import PROGRESS, ProgressGate
 from trainjobs.operator.progress_store import ProgressStore
@@ -29,22 +26,11 @@ def report(h: Harness, step: int, replica: str = "tf-worker-0",
                           seq=step, step=step, total=100, epoch=None, metrics={"loss": 0.5})
 
 
-@asynccontextmanager
-async def progress_controller(kube: FakeKube, clock: FakeClock) -> AsyncIterator[Harness]:
+def progress_controller(kube: FakeKube, clock: FakeClock
+                        ) -> AbstractAsyncContextManager[Harness]:
     """A controller with the progress gate served (a store of its own: a fresh process)."""
-    controller = Controller(kube, PLUGINS,  # type: ignore[arg-type]
-                            ControllerSettings(namespaces=(NS,), progress=ProgressStore(clock),
-                                               progress_status_interval=INTERVAL), clock,
-                            gate_factories=[PROGRESS])
-    await controller.start_gates()
-    poster = asyncio.create_task(controller.events.run())
-    try:
-        async with synced(controller.informers):
-            yield Harness(kube, clock, controller)
-    finally:
-        await controller.queue.close()
-        poster.cancel()
-        await asyncio.gather(poster, return_exceptions=True)
+    return controller_on(kube, clock, [PROGRESS], progress=ProgressStore(clock),
+                         progress_status_interval=INTERVAL)
 
 
 def store(h: Harness) -> ProgressStore:
