@@ -271,9 +271,49 @@ def spec_schema(framework: Framework) -> dict[str, Any]:
         # Another project's clients read runPolicy as always there (Kubeflow's defaulting
         # webhook wrote it; its SDK refuses an MXJob without one): the API server fills it.
         schema["properties"]["runPolicy"]["default"] = {}
-    schema["x-kubernetes-validations"] = managed_by_rules(schema)
+    schema["x-kubernetes-validations"] = managed_by_rules(schema) + \
+        failure_policy_rules(schema, framework)
     schema["description"] = framework.description
     return schema
+
+
+def failure_policy_rules(spec: dict[str, Any], framework: Framework) -> list[dict[str, str]]:
+    """CEL for `runPolicy.failurePolicy` (when the kind's run policy has one): what
+    core/failure_rules.policy_errors checks and CEL can say (a cycle in escalation is
+    refused by `trainjobs run`/`render` and by the operator, InvalidSpec). Put on the
+    policy's own schema, and on the spec for the replica types it names."""
+    run_policy = spec["properties"].get("runPolicy", {})
+    policy = run_policy.get("properties", {}).get("failurePolicy")
+    if policy is None:
+        return []
+    rule_schema = policy["items"]
+    rule_schema["properties"]["match"]["x-kubernetes-validations"] = [{
+        "rule": "has(self.exitCodes) || has(self.reasons)",
+        "message": "an empty match matches nothing: give exitCodes or reasons (every "
+                   "failure: exitCodes {operator: NotIn, values: [0]})"}, {
+        "rule": "!has(self.exitCodes) || self.exitCodes.operator != 'In' || "
+                "!self.exitCodes.values.exists(v, v == 0)",
+        "message": "exitCodes: 0 is a success, never a failure"}]
+    item_rules = [{"rule": "!has(self.whenSpent) || has(self.budget)",
+                   "message": "whenSpent: only a rule with a budget is ever spent"}]
+    if framework.replicas_restart_together:
+        item_rules.append({
+            "rule": "self.action in ['RestartJob', 'FailJob', 'Ignore']",
+            "message": f"{framework.kind}'s replicas restart together: the action must be "
+                       "RestartJob, FailJob or Ignore"})
+    rule_schema["x-kubernetes-validations"] = item_rules
+    policy["x-kubernetes-validations"] = [
+        {"rule": "self.all(r, self.filter(q, q.name == r.name).size() == 1)",
+         "message": "failurePolicy rule names must be unique"},
+        {"rule": "self.all(r, !has(r.whenSpent) || self.exists(q, q.name == r.whenSpent))",
+         "message": "whenSpent must name a rule of the failurePolicy"}]
+    field = framework.replica_specs_field
+    return [{
+        "rule": f"!has(self.runPolicy) || !has(self.runPolicy.failurePolicy) || "
+                f"self.runPolicy.failurePolicy.all(r, !has(r.match.replicaTypes) || "
+                f"r.match.replicaTypes.all(t, t in self.{field}))",
+        "message": f"failurePolicy: match.replicaTypes must name replica types of "
+                   f"{field}"}]
 
 
 def managed_by_rules(spec: dict[str, Any]) -> list[dict[str, str]]:

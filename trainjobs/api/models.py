@@ -16,6 +16,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
+from trainjobs.api.failure_policy import MAX_RULES, FailureRule
+from trainjobs.api.spec_model import SpecModel
+
 __all__ = [
     "API_VERSION",
     "DEFAULT_MAX_REPLICAS_PER_JOB",
@@ -34,6 +37,7 @@ __all__ = [
     "Condition",
     "ConditionType",
     "ElasticPolicy",
+    "FailureRecord",
     "Job",
     "JobSpec",
     "JobStatus",
@@ -95,18 +99,6 @@ def job_manager(spec: Any) -> str:
         if isinstance(value, str) and value and value not in _THIS_OPERATOR:
             return value
     return MANAGED_BY_OPERATOR
-
-
-class SpecModel(BaseModel):
-    """Base of every user-facing model: camelCase names, unknown fields refused."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-    def to_api(self) -> dict[str, Any]:
-        """The object as the API writes it: camelCase, unset optional fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 class RestartPolicy(StrEnum):
@@ -256,6 +248,11 @@ class RunPolicy(SpecModel):
                     "this long for it to say it has (trainjobs_progress.checkpoint_saved), "
                     "then stop the pods. Unset: no checkpoint is asked; pods stop at once.",
     )
+    failure_policy: list[FailureRule] | None = Field(
+        default=None, max_length=MAX_RULES,
+        description="Ordered rules: what a replica's failure means and what to do (the "
+                    "first that matches decides; failures none matches keep their "
+                    "restartPolicy's meaning). See docs/api.md, Failure rules.")
     checkpoint_before_deadline_seconds: int | None = Field(
         default=None, ge=1, le=MAX_CHECKPOINT_TIMEOUT_SECONDS, strict=True,
         description="With activeDeadlineSeconds and checkpointTimeoutSeconds: ask for a "
@@ -340,6 +337,9 @@ class ReplicaStatus(StatusModel):
     started_indexes: str = Field(
         default="", description="Indexes whose current pod has started, e.g. '0-2,5'; a pod "
         "that disappears from one of them was lost.")
+    restarted_at: datetime | None = Field(
+        default=None, description="A failure rule restarted this replica type (or the job) "
+                                  "then: its pods created before are recreated.")
     completed_indexes: str = Field(
         default="", description="Indexes that succeeded, e.g. '0-3' (as batch/v1 Jobs): they "
         "are never run again, also when their pod disappears.")
@@ -379,6 +379,32 @@ class ProgressStatus(StatusModel):
         default=None, description="When the newest report this status shows was received.")
     last_progress_time: datetime | None = Field(
         default=None, description="When the step last advanced.")
+
+
+#: Failure decisions a status keeps (the newest).
+MAX_FAILURE_RECORDS = 10
+
+
+class FailureRecord(StatusModel):
+    """One failure and what was decided about it."""
+
+    time: datetime
+    replica: str = Field(description="The replica's pod.")
+    pod_uid: str = Field(default="", description="Its uid: the failure is decided once.")
+    replica_type: str
+    exit_code: int | None = None
+    reason: str = Field(description="Error, OOMKilled, Evicted, Preempted, NodeLost, "
+                                    "DeadlineExceeded, ImagePullFailed or Stalled.")
+    rule: str = Field(description="The rule that decided: a failurePolicy rule's name, or "
+                                  "restartPolicy/<policy> for the default rules.")
+    action: str = Field(description="RecreatePod, RestartReplicaType, RestartJob, FailJob, "
+                                    "Ignore.")
+    budget_left: int | None = Field(
+        default=None, description="How often the rule may still act (its budget, else "
+                                  "backoffLimit's); absent: unlimited.")
+    escalated_from: list[str] | None = Field(
+        default=None, description="The rules whose budget was spent, in order, before this "
+                                  "one acted.")
 
 
 class CheckpointStatus(StatusModel):
@@ -437,6 +463,13 @@ class JobStatus(StatusModel):
     progress: ProgressStatus | None = Field(
         default=None, description="The training program's reported progress, "
                                   "when it reports.")
+    failures: list[FailureRecord] | None = Field(
+        default=None, max_length=MAX_FAILURE_RECORDS,
+        description=f"The newest {MAX_FAILURE_RECORDS} failures and what was decided (rule, "
+                    "action, budget left).")
+    failure_rule_uses: dict[str, list[datetime]] | None = Field(
+        default=None, description="When each failurePolicy rule acted (its newest uses, as "
+                                  "many as its budget): what its budget counts.")
     last_checkpoint: CheckpointStatus | None = Field(
         default=None, description="The newest checkpoint the job said it saved; the next "
                                   "pods get it as TRAINJOBS_CHECKPOINT_STEP/_URI.")

@@ -26,6 +26,7 @@ from trainjobs.api.models import (
 )
 from trainjobs.api.podtemplate import validate_pod_template
 from trainjobs.convert.documents import is_old_job
+from trainjobs.core.failure_rules import policy_errors
 from trainjobs.core.progress import ProgressEndpoint
 from trainjobs.core.refusals import (
     KUBEFLOW_KINDS,
@@ -188,6 +189,7 @@ def check_job(job: Job, framework: Framework, plugins: PluginManager,
     if over:
         return errors + over  # (rendering a job of a million replicas is what it prevents)
     errors += _check_names(job, framework)
+    errors += _check_failure_policy(job, framework)
     for key, rspec in job.spec.replica_specs.items():
         path = f"spec.replicaSpecs.{key}.template"
         rtype = framework.replica_type(key)
@@ -295,6 +297,16 @@ def _parse_metadata(raw: Any, errors: list[SpecError]) -> ObjectMeta | None:
     except ValidationError as exc:
         errors += pydantic_errors(exc, "metadata", ObjectMeta)
         return None
+
+
+def _check_failure_policy(job: Job, framework: Framework) -> list[SpecError]:
+    """A failurePolicy that cannot mean anything for this job (core/failure_rules.py)."""
+    rules = getattr(job.spec.run_policy, "failure_policy", None)
+    if not rules:
+        return []
+    return [SpecError(f"spec.runPolicy.failurePolicy{path}", message) for path, message in
+            policy_errors(rules, list(job.spec.replica_specs),
+                          framework.replicas_restart_together, framework.kind)]
 
 
 def _parse_spec(raw: Any, framework: Framework, errors: list[SpecError]) -> JobSpec | None:

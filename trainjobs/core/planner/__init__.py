@@ -96,6 +96,8 @@ def _decide(
         state.started[key] = parse_indexes(rstatus.started_indexes) if rstatus else set()
         state.completed[key] = parse_indexes(rstatus.completed_indexes) if rstatus else set()
         state.lost[key] = 0
+        if rstatus is not None and rstatus.restarted_at is not None:
+            state.restart_marks[key] = rstatus.restarted_at
     if is_finished(old):
         _finish(state, inputs, settings)
     elif job.spec.run_policy.suspend:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainjobs.api.failure_policy import FailureAction
 from trainjobs.core.deletions import DeleteReason
 from trainjobs.core.observed import GonePod, ObservedPod, PodPhase
 from trainjobs.core.render import RenderedJob, replica_counts
@@ -13,6 +14,7 @@ from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 
 from .counts import _lost
 from .inputs import retryable
+from .rules import _rule_for
 from .state import _delete_pod, _State
 
 
@@ -42,8 +44,12 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
         if pod.deleting or pod.phase is not PodPhase.FAILED or pod.name not in desired.pods or \
                 _attempt_of(pod, current) != current:
             continue
-        policy = state.job.spec.replica_specs[desired.replicas[pod.name].type].restart_policy
-        if pod.disrupted or retryable(policy, pod):
+        rtype = desired.replicas[pod.name].type
+        policy = state.job.spec.replica_specs[rtype].restart_policy
+        decision = _rule_for(state, rtype, pod)
+        again = (pod.disrupted or retryable(policy, pod)) if decision is None else \
+            decision.action is not FailureAction.FAIL_JOB
+        if again:
             state.attempt = current + 1
             state.ends_attempt = pod.name
             state.attempt_cause = f"pod {pod.name} " + (

@@ -111,7 +111,8 @@ def _restarts(
         before = old.get(key)
         if before is not None:
             newly = sum(1 for p in mine if p.uid in counted and p.uid not in already
-                        and not p.disrupted)  # a lost replica is no failure
+                        and not p.disrupted  # a lost replica is no failure
+                        and p.uid not in state.ignored)  # nor one a rule ignores
             total = max(total, before.restarts + newly)
         out[key] = (total, total - in_place)
     return out
@@ -154,6 +155,7 @@ def _replica_statuses(
             (before.last_lost_reason if before else ""),
             started_indexes=format_indexes(state.started[key]),
             completed_indexes=format_indexes(state.completed[key]),
+            restarted_at=state.restart_marks.get(key),
         )
     state.status.replica_statuses = statuses
     state.status.replica_summary = _summary(state.job, statuses, finished=False)

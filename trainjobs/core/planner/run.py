@@ -8,9 +8,11 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from trainjobs.api.failure_policy import FailureAction
 from trainjobs.api.models import ConditionType, Job, JobStatus, RestartPolicy
 from trainjobs.core.admission import Admission, PodSetConflict, merge_into_pod
 from trainjobs.core.deletions import DeleteReason
+from trainjobs.core.failure_rules import RuleDecision, classify
 from trainjobs.core.observed import UNRUNNABLE_REASONS, ObservedPod, PodPhase, loss_reason
 from trainjobs.core.render import RenderedJob, replica_counts
 from trainjobs.core.status import current_condition, whole_seconds
@@ -20,6 +22,15 @@ from .attempts import _earlier_alive, _hint, _next_attempt, _restart_with_attemp
 from .checkpoint import stale_for_stall
 from .counts import _created_reason, _lost, _replica_statuses, _restarts, _summary
 from .inputs import Event, PlanInputs, PlannerSettings, retryable
+from .rules import (
+    RESTARTS,
+    _failure_words,
+    _marked,
+    _record,
+    _restart_marked,
+    _restart_scope,
+    _rule_for,
+)
 from .stall import _count_stall, _stall
 from .state import (
     _NO_REPLICAS,
@@ -88,6 +99,10 @@ def _run(
         pod = by_name.get(name)
         if pod is not None and pod.name not in state.rescaled and _stale(state, pod):
             outcomes.append(_restart_with_attempt(state, replica, pod))
+            continue
+        if _marked(state, replica.type, pod) and pod is not None:
+            _restart_marked(state, replica.type, replica.index, pod)
+            outcomes.append(ReplicaOutcome(replica, ReplicaPhase.PENDING))
             continue
         if (restart_all or stale_for_stall(state.status.checkpoint_request, pod)) and \
                 not restart_together and pod is not None and not pod.deleting \
@@ -311,8 +326,15 @@ def _failed(
     code = "unknown" if pod.exit_code is None else str(pod.exit_code)
     what = (f"replica {replica.type} {replica.index} (pod {pod.name}) failed with exit code "
             f"{code}" + (f" ({pod.reason})" if pod.reason else ""))
+    decision = _rule_for(state, replica.type, pod)
+    if decision is not None and not (decision.action is FailureAction.IGNORE and
+                                     pod.disrupted):
+        return _obey(state, replica, pod, decision, what)
     if pod.disrupted:
         # Counted once, by uid, like a failure; but as lost, never toward backoffLimit.
+        if pod.uid not in counted and decision is None:
+            _record(state, pod, replica.type, classify(pod), "disruption",
+                    FailureAction.IGNORE, None, event=False)
         if pod.uid not in counted:
             _lost(state, replica, pod.name, f"{what}: {pod.disruption or 'taken by the cluster'}",
                   reason=loss_reason(pod.disruption or pod.reason))
@@ -324,6 +346,9 @@ def _failed(
         state.failure = ("ReplicaFailed", f"{what}; restartPolicy {policy.value}"
                          + (" (exit codes 1-127 are permanent)"
                             if policy is RestartPolicy.EXIT_CODE else ""))
+        if not any(r.pod_uid == pod.uid for r in state.status.failures or ()):
+            _record(state, pod, replica.type, classify(pod), f"restartPolicy/{policy.value}",
+                    FailureAction.FAIL_JOB, None, event=False)
         return ReplicaOutcome(replica, ReplicaPhase.FAILED, pod.exit_code)
     # Retryable: count it once (by pod uid, so a repeated pass never counts it twice), then
     # delete the pod; the next pass recreates it under the same name.
@@ -332,9 +357,36 @@ def _failed(
             pod.restarts
         state.plan.events.append(Event("Warning", "ReplicaRestarting",
                                        f"{what}; restarting it"))
+        left = state.job.spec.run_policy.backoff_limit - sum(state.recreations.values())
+        _record(state, pod, replica.type, classify(pod), f"restartPolicy/{policy.value}",
+                FailureAction.RESTART_JOB if state.kind.restart_together
+                else FailureAction.RECREATE_POD, max(left, 0), event=False)
     state.counting.add(pod.uid)
     state.restarting = True
     _delete_pod(state, pod, DeleteReason.FAILED, what)
+    return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
+
+
+def _obey(state: _State, replica: Replica, pod: ObservedPod, decision: RuleDecision,
+          what: str) -> ReplicaOutcome:
+    """A failed pod as its failure rule says: the job fails, or the pod (its type, the
+    job) starts again, counted against backoffLimit once (by pod uid) unless ignored."""
+    if decision.action is FailureAction.FAIL_JOB:
+        if state.failure is None:
+            state.failure = ("FailurePolicy", f"{what}; {_failure_words(state, decision)}")
+        return ReplicaOutcome(replica, ReplicaPhase.FAILED, pod.exit_code)
+    if decision.action is FailureAction.IGNORE:
+        state.ignored.add(pod.uid)
+    elif pod.uid not in state.counted:
+        state.recreations[replica.type] = state.recreations.get(replica.type, 0) + 1 + \
+            pod.restarts
+    if pod.uid not in state.counted and decision.action in RESTARTS and \
+            not state.kind.restart_together:
+        _restart_scope(state, replica.type, decision.action)
+    state.counting.add(pod.uid)
+    state.restarting = True
+    state.started[replica.type].discard(replica.index)
+    _delete_pod(state, pod, DeleteReason.FAILED, f"{what}; {_failure_words(state, decision)}")
     return ReplicaOutcome(replica, ReplicaPhase.PENDING, pod.exit_code)
 
 

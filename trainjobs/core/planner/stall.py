@@ -22,12 +22,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from trainjobs.api.failure_policy import FailureAction, FailureReason
 from trainjobs.api.models import Condition, ConditionType, ProgressDeadlineAction
+from trainjobs.core.deletions import DeleteReason
+from trainjobs.core.failure_rules import RuleDecision
 from trainjobs.core.observed import ObservedPod
 from trainjobs.core.status import current_condition, whole_seconds
 
 from .inputs import Event, ProgressSeen
-from .state import _after, _requeue, _State
+from .rules import _failure_words, _restart_scope, _rule_for
+from .state import _after, _delete_pod, _requeue, _State
 
 REASON = "ProgressDeadlineExceeded"
 
@@ -61,8 +65,16 @@ def _stall(state: _State, pods: Sequence[ObservedPod], progress: ProgressSeen | 
         return False
     message = _words(deadline, running, progress)
     action = policy.progress_deadline_action or ProgressDeadlineAction.REPORT
-    if stalled is None or stalled.last_transition_time is None or \
-            stalled.last_transition_time < reference:
+    newly = stalled is None or stalled.last_transition_time is None or \
+        stalled.last_transition_time < reference
+    if policy.failure_policy:
+        quiet = counted_for_stall(pods, progress)
+        key = _type_key(state, quiet)
+        decision = _rule_for(state, key, quiet, FailureReason.STALLED) \
+            if newly and quiet is not None and key is not None else None
+        if decision is not None:
+            return _obey_stall(state, message, quiet, key, decision)  # type: ignore[arg-type]
+    if newly:
         _set_stalled(state, "True", REASON, message)
         if action is not ProgressDeadlineAction.FAIL:
             # (Fail: the job's failure Event, with the same reason, says it.)
@@ -71,6 +83,38 @@ def _stall(state: _State, pods: Sequence[ObservedPod], progress: ProgressSeen | 
     if action is ProgressDeadlineAction.FAIL and state.failure is None:
         state.failure = (REASON, message)
     return action is ProgressDeadlineAction.RESTART
+
+
+def _type_key(state: _State, pod: ObservedPod | None) -> str | None:
+    if pod is None:
+        return None
+    return {k.lower(): k for k in state.job.spec.replica_specs}.get(pod.replica_type_lower)
+
+
+def _obey_stall(state: _State, message: str, quiet: ObservedPod, key: str,
+                decision: RuleDecision) -> bool:
+    """A stall a failure rule matched (reason Stalled): the rule's action instead of
+    progressDeadlineAction; whether every replica must start again."""
+    _set_stalled(state, "True", REASON, message)
+    words = _failure_words(state, decision)
+    action = decision.action
+    if action is FailureAction.FAIL_JOB:
+        if state.failure is None:
+            state.failure = (REASON, f"{message}; {words}")
+        return False
+    if action is FailureAction.IGNORE:
+        return False
+    if action is FailureAction.RESTART_JOB or state.kind.restart_together:
+        return True  # counted once by the caller (`_count_stall`)
+    if quiet.uid not in state.counted:
+        state.recreations[key] = state.recreations.get(key, 0) + 1 + quiet.restarts
+    state.counting.add(quiet.uid)
+    if action is FailureAction.RESTART_REPLICA_TYPE:
+        _restart_scope(state, key, action)
+    else:
+        state.restarting = True
+        _delete_pod(state, quiet, DeleteReason.STALLED, f"{message}; {words}")
+    return False
 
 
 def _count_stall(state: _State, pods: Sequence[ObservedPod], progress: ProgressSeen | None

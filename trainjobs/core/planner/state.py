@@ -13,6 +13,7 @@ from trainjobs.api.models import (
     CheckpointStatus,
     Condition,
     ConditionType,
+    FailureRecord,
     Job,
     JobStatus,
     OwnedObjectStatus,
@@ -20,6 +21,7 @@ from trainjobs.api.models import (
     ReplicaStatus,
 )
 from trainjobs.core.deletions import DeleteReason, deletion
+from trainjobs.core.failure_rules import RuleDecision
 from trainjobs.core.observed import GonePod, ObservedPod
 from trainjobs.core.status import set_exclusive, state_of, whole_seconds
 
@@ -45,6 +47,9 @@ class _Status:
     last_checkpoint: CheckpointStatus | None = None
     checkpoint_request: CheckpointRequestStatus | None = None
     observed_checkpoint_request: str | None = None
+    # Failure rules (rules.py): the newest decisions and each rule's uses.
+    failures: list[FailureRecord] | None = None
+    failure_rule_uses: dict[str, list[datetime]] | None = None
 
     @classmethod
     def of(cls, status: JobStatus) -> _Status:
@@ -57,7 +62,10 @@ class _Status:
                    owned_objects=status.owned_objects or None, progress=status.progress,
                    last_checkpoint=status.last_checkpoint,
                    checkpoint_request=status.checkpoint_request,
-                   observed_checkpoint_request=status.observed_checkpoint_request)
+                   observed_checkpoint_request=status.observed_checkpoint_request,
+                   failures=list(status.failures) if status.failures else None,
+                   failure_rule_uses=dict(status.failure_rule_uses)
+                   if status.failure_rule_uses else None)
 
     def built(self, old: JobStatus, generation: int | None) -> JobStatus:
         """The status to report: `old` itself when nothing changed (the backend writes
@@ -70,7 +78,8 @@ class _Status:
                         owned_objects=self.owned_objects, progress=self.progress,
                         last_checkpoint=self.last_checkpoint,
                         checkpoint_request=self.checkpoint_request,
-                        observed_checkpoint_request=self.observed_checkpoint_request)
+                        observed_checkpoint_request=self.observed_checkpoint_request,
+                        failures=self.failures, failure_rule_uses=self.failure_rule_uses)
         return old if new == old else new
 
 
@@ -116,6 +125,12 @@ class _State:
     counted: frozenset[str] = frozenset()
     counting: set[str] = field(default_factory=set)
     recreations: dict[str, int] = field(default_factory=dict)
+    # Failure rules (rules.py): the decision per failed pod uid (the paths that read one
+    # agree, and a budget is used once), and per replicaSpecs key when a rule restarted it
+    # (its pods created before are stale; durable in replicaStatuses.restartedAt).
+    decisions: dict[str, RuleDecision | None] = field(default_factory=dict)
+    ignored: set[str] = field(default_factory=set)  # failed pods a rule ignores (uncounted)
+    restart_marks: dict[str, datetime] = field(default_factory=dict)
 
 
 def _ensure_condition(state: _State, ctype: ConditionType, reason: str, message: str) -> None:

@@ -1,0 +1,121 @@
+"""Failure rules in a pass (`runPolicy.failurePolicy`; the rules themselves are
+core/failure_rules.py): the decision about a failed pod, made once (by uid) and recorded in
+the status with its rule's use, and the restart of a replica type or of the whole job that
+a rule asks for.
+
+Why here and not in each path: the running path (`run._failed`), the attempts of replicas
+that restart together (`attempts._next_attempt`) and the stall rule (`stall._stall`) each
+meet failures; they ask `_rule_for` and obey, and every decision — a rule's or the default
+rules' (the replica's restartPolicy) — is written the same way (`_record`: the status's
+`failures`, an Event)."""
+
+from __future__ import annotations
+
+from trainjobs.api.failure_policy import FailureAction, FailureReason
+from trainjobs.api.models import MAX_FAILURE_RECORDS, FailureRecord
+from trainjobs.core.deletions import DeleteReason
+from trainjobs.core.failure_rules import Failure, RuleDecision, classify, decide
+from trainjobs.core.observed import ObservedPod, PodPhase
+from trainjobs.core.status import whole_seconds
+
+from .inputs import Event
+from .state import _delete_pod, _State
+
+#: Actions that start every replica of the rule's scope again.
+RESTARTS = frozenset({FailureAction.RESTART_JOB, FailureAction.RESTART_REPLICA_TYPE})
+
+
+def _rule_for(state: _State, replica_type: str, pod: ObservedPod,
+              reason: FailureReason | None = None) -> RuleDecision | None:
+    """What the job's failurePolicy decides about `pod`'s failure (None: no rule matches,
+    or the job has none: its restartPolicy decides). Decided once per pod: a pod counted in
+    an earlier pass gets that pass's decision back from the status, its rule's budget
+    untouched."""
+    rules = state.job.spec.run_policy.failure_policy
+    if not rules:
+        return None
+    if pod.uid in state.decisions:
+        return state.decisions[pod.uid]
+    decision: RuleDecision | None
+    if pod.uid in state.counted:
+        decision = _decided_before(state, pod)
+    else:
+        failure = Failure(pod.name, pod.uid, replica_type, reason or classify(pod),
+                          pod.exit_code)
+        uses = state.status.failure_rule_uses or {}
+        decision = decide(rules, failure, uses, whole_seconds(state.now))
+        if decision is not None:
+            state.status.failure_rule_uses = {k: list(v) for k, v in decision.uses.items()
+                                              if v} or None
+            _record(state, pod, replica_type, failure.reason, decision.rule,
+                    decision.action, decision.budget_left, decision.escalated_from)
+    state.decisions[pod.uid] = decision
+    return decision
+
+
+def _decided_before(state: _State, pod: ObservedPod) -> RuleDecision | None:
+    """The decision recorded for a pod already counted (None: the default rules' or not
+    kept: it is handled as it was, without a rule)."""
+    names = {r.name for r in state.job.spec.run_policy.failure_policy or ()}
+    for record in reversed(state.status.failures or ()):
+        if record.pod_uid == pod.uid and record.rule in names:
+            return RuleDecision(record.rule, FailureAction(record.action), record.budget_left)
+    return None
+
+
+def _record(state: _State, pod: ObservedPod, replica_type: str, reason: FailureReason,
+            rule: str, action: FailureAction, budget_left: int | None,
+            escalated_from: tuple[str, ...] = (), event: bool = True) -> None:
+    """Keep the decision in the status (the newest ten) and say it in an Event."""
+    record = FailureRecord(time=whole_seconds(state.now), replica=pod.name, pod_uid=pod.uid,
+                           replica_type=replica_type, exit_code=pod.exit_code,
+                           reason=reason.value, rule=rule, action=action.value,
+                           budget_left=budget_left,
+                           escalated_from=list(escalated_from) or None)
+    state.status.failures = [*(state.status.failures or ()), record][-MAX_FAILURE_RECORDS:]
+    if not event:
+        return
+    code = "" if pod.exit_code is None else f" with exit code {pod.exit_code}"
+    spent = "".join(f"rule {name}'s budget is spent; " for name in escalated_from)
+    left = "" if budget_left is None else f" ({budget_left} left)"
+    state.plan.events.append(Event(
+        "Warning" if action is FailureAction.FAIL_JOB else "Normal", "FailureRule",
+        f"{replica_type} pod {pod.name} failed{code} ({reason.value}): {spent}rule {rule}: "
+        f"{action.value}{left}"))
+
+
+def _restart_scope(state: _State, replica_type: str, action: FailureAction) -> None:
+    """A rule restarts `replica_type` (RestartReplicaType) or every type (RestartJob): their
+    pods created before now are recreated (`_marked`), now and in the next passes."""
+    now = whole_seconds(state.now)
+    keys = list(state.job.spec.replica_specs) if action is FailureAction.RESTART_JOB \
+        else [replica_type]
+    for key in keys:
+        state.restart_marks[key] = now
+    state.restarting = True
+
+
+def _marked(state: _State, replica_type: str, pod: ObservedPod | None) -> bool:
+    """Whether `pod` is one a rule's restart of its type has still to recreate."""
+    mark = state.restart_marks.get(replica_type)
+    return mark is not None and pod is not None and not pod.deleting and \
+        pod.created is not None and pod.created < mark and pod.phase is not PodPhase.SUCCEEDED
+
+
+def _restart_marked(state: _State, replica_type: str, index: int, pod: ObservedPod) -> None:
+    state.started[replica_type].discard(index)
+    state.restarting = True
+    _delete_pod(state, pod, DeleteReason.NEW_ATTEMPT, "a failure rule restarts "
+                f"{replica_type}" if len(state.restart_marks) == 1 else "a failure rule "
+                "restarts the job")
+
+
+def _failure_words(state: _State, decision: RuleDecision) -> str:
+    rules = state.job.spec.run_policy.failure_policy or []
+    rule = next((r for r in rules if r.name == decision.rule), None)
+    if decision.spent and rule is not None and rule.budget is not None:
+        return (f"failurePolicy rule {rule.name}: its budget ({rule.budget.count}"
+                + (f" in {rule.budget.window_seconds}s" if rule.budget.window_seconds else "")
+                + ") is spent")
+    return f"failurePolicy rule {decision.rule}: {decision.action.value}"
+
