@@ -24,10 +24,19 @@ from trainjobs.local.inject import Action, Sighting, Trigger
 from trainjobs.local.process import ProcessSpec, ReplicaProcess
 from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["Injector"]
+__all__ = ["Injector", "report_interval"]
 
 TICK_SECONDS = 0.1
+# With an at-step injection the replicas report this often (1 s otherwise), so that it fires
+# close to the step it names: reports are the only way the runner learns a step.
+AT_STEP_INTERVAL = 0.2
 WRAPPER = Path(exit_wrapper.__file__)
+
+
+def report_interval(triggers: Sequence[Trigger], usual: float) -> float:
+    """The reporting interval to give the replicas: shorter when a trigger waits on a step."""
+    waits = any(t.injection.at_step is not None for t in triggers)
+    return min(usual, AT_STEP_INTERVAL) if waits else usual
 
 
 @dataclass(frozen=True)

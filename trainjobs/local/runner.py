@@ -56,10 +56,10 @@ from trainjobs.errors import ProgramMissing, SpecError, SpecInvalid, TrainjobsEr
 from trainjobs.local.checkpoint import ResumePoint, find_resume, resume_command, write_checkpoint
 from trainjobs.local.ignored import ignored_fields_note
 from trainjobs.local.inject import Trigger, arm, parse_injection
-from trainjobs.local.injector import Injector
+from trainjobs.local.injector import Injector, report_interval
 from trainjobs.local.output import Console, ReplicaSummary
 from trainjobs.local.process import ProcessSpec, ReplicaProcess, process_spec
-from trainjobs.local.receiver import ProgressReceiver
+from trainjobs.local.receiver import LOCAL_INTERVAL, ProgressReceiver
 from trainjobs.local.supervise import supervise
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Address, ClusterLayout, Framework
@@ -159,6 +159,7 @@ class LocalRun:
         self._wake = asyncio.Event()
         self.board = ProgressBoard(job.namespace, job.name, job.metadata.uid or "")
         self.receiver = ProgressReceiver(self.board, self._on_report,
+                                         interval=report_interval(injections, LOCAL_INTERVAL),
                                          on_checkpoint=self._on_checkpoint)
         self.injector = Injector(injections, console.note, log_dir, self.receiver.clock)
         try:

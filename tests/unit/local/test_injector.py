@@ -12,7 +12,7 @@ from typing import cast
 
 from trainjobs.core.progress import ProgressBoard, ProgressReport
 from trainjobs.local.inject import Trigger, parse_injection
-from trainjobs.local.injector import WRAPPER, Injector
+from trainjobs.local.injector import WRAPPER, Injector, report_interval
 from trainjobs.local.process import ProcessSpec, ReplicaProcess
 
 
@@ -158,3 +158,12 @@ def test_exit_wraps_only_its_replica_and_writes_the_order(tmp_path: Path) -> Non
     _tick(injector, {"mx-worker-1": worker}, board)
     assert not (tmp_path / "inject" / "exit-41").exists()
     assert KILLED == [41]  # what its child left in the group goes
+
+
+def test_replicas_report_more_often_only_when_a_trigger_waits_on_a_step() -> None:
+    def triggers(*texts: str) -> list[Trigger]:
+        return [Trigger(parse_injection(t), "mx-worker-1") for t in texts]
+
+    assert report_interval(triggers("kill Worker-1 after=3s"), 1.0) == 1.0
+    assert report_interval(triggers("kill Worker-1 after=3s", "hang PS at-step=9"), 1.0) == 0.2
+    assert report_interval([], 1.0) == 1.0
