@@ -89,7 +89,7 @@ class Injector:
         for trigger in self.triggers:
             proc = processes.get(trigger.pod)
             pid = proc.pid if proc is not None else None
-            if proc is None or pid is None:
+            if proc is None or pid is None or proc.deleting:  # being stopped: leave it be
                 continue
             seen = self._sighting(proc, pid, proc.restarts + restarts.get(proc.name, 0),
                                   board, now)

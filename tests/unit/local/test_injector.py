@@ -33,6 +33,7 @@ class Proc:
     def __init__(self, name: str, pid: int, attempt: int = 0) -> None:
         self.name, self.uid, self.pid, self.attempt = name, f"{name}-uid", pid, attempt
         self.restarts = 0
+        self.deleting = False
         self.signals: list[signal.Signals] = []
 
     def signal_group(self, sig: signal.Signals) -> None:
@@ -70,6 +71,10 @@ def test_kill_after_a_time_from_the_process_first_seen(tmp_path: Path) -> None:
     _tick(injector, {"mx-worker-1": worker}, board)
     assert worker.signals == [] and lines == []
     clock.t += 0.1
+    worker.deleting = True  # the runner is stopping it: never a target
+    _tick(injector, {"mx-worker-1": worker}, board)
+    assert worker.signals == [] and lines == []
+    worker.deleting = False
     _tick(injector, {"mx-worker-1": worker}, board)
     assert worker.signals == [signal.SIGKILL]
     assert lines == ["inject (kill Worker-1 after=30s): SIGKILL to mx-worker-1 after 30.0s, "
