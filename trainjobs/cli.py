@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainjobs.errors import (
+    InjectInvalid,
     NoCheckpoint,
     PluginRefused,
     ProgramMissing,
@@ -168,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ProgramMissing as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_PROGRAM_MISSING
+    except InjectInvalid as exc:  # `run --inject` it cannot do: nothing ran
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     except NoCheckpoint as exc:  # `run --resume` with nothing to resume from: nothing ran
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID

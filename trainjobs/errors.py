@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "InjectInvalid",
     "PermanentError",
     "PluginError",
     "PluginRefused",
@@ -60,6 +61,11 @@ class ProgramMissing(TrainjobsError):
 class NoCheckpoint(TrainjobsError):
     """`trainjobs run --resume`: no saved checkpoint of the job to resume from (or an
     unreadable one). The message names where it looked."""
+
+
+class InjectInvalid(TrainjobsError):
+    """`trainjobs run --inject`: an injection that does not parse, or names a replica the
+    job does not have. One line naming the injection and the problem; nothing ran yet."""
 
 
 class PluginError(TrainjobsError):

@@ -16,3 +16,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start from the checkpoint the job's newest run under --run-dir "
                              "saved on Ctrl-C (runPolicy.checkpointTimeoutSeconds): every "
                              "replica gets TRAINJOBS_CHECKPOINT_STEP and _URI")
+    parser.add_argument("--inject", action="append", default=[], metavar="SPEC",
+                        help="rehearse a failure, e.g. 'kill Worker-1 at-step=200', "
+                             "'exit=3 PS after=30s', 'hang Worker-0 after=1m', "
+                             "'kill Worker-1 after=10s times=2 attempt=0' (repeatable; "
+                             "docs/local.md, --inject)")

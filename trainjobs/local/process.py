@@ -3,7 +3,8 @@
 Why a process group per replica: frameworks fork (MXNet's ps-lite threads, TensorFlow's gRPC
 servers, torch's workers); stopping a replica must stop everything it started, and Ctrl-C on
 `trainjobs run` must leave no orphan. Each replica runs in its own session, and is stopped with
-SIGTERM to the group, then SIGKILL after a grace period.
+SIGTERM to the group, then SIGKILL after a grace period; SIGCONT follows the SIGTERM, so that a
+replica stopped by `--inject hang` (SIGSTOP) acts on it too.
 
 The pod's restart policy is honoured in place like the kubelet does: with OnFailure (or
 Always) a process that exits non-zero (or at all) is started again after a back-off, its
@@ -177,6 +178,7 @@ class ReplicaProcess:
         proc = self._proc
         if proc is not None and proc.returncode is None:
             _signal_group(proc.pid, signal.SIGTERM)
+            _signal_group(proc.pid, signal.SIGCONT)  # a stopped (hung) group acts on it
             try:
                 await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
             except TimeoutError:
@@ -187,6 +189,21 @@ class ReplicaProcess:
             _signal_group(proc.pid, signal.SIGKILL)
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def pid(self) -> int | None:
+        """The running process's id (its group's too); None before it starts, between
+        restarts in place, and once it has exited."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None or self.phase is not PodPhase.RUNNING:
+            return None
+        return proc.pid
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        """Send `sig` to the running process's group (`--inject`); nothing if none runs."""
+        pid = self.pid
+        if pid is not None:
+            _signal_group(pid, sig)
 
     @property
     def finished(self) -> bool:

@@ -27,7 +27,7 @@ from trainjobs.core.progress import (
 )
 from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["PATH", "ProgressReceiver"]
+__all__ = ["LOCAL_INTERVAL", "PATH", "ProgressReceiver"]
 
 PATH = "/v1/progress"
 # Locally the display is the only reader: one report a second per process is plenty.

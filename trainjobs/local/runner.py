@@ -20,6 +20,10 @@ the first Ctrl-C/SIGTERM asks the kind's checkpointing replica to save (through 
 receiver's replies) and waits for its answer within the bound before stopping every process;
 the answer is kept in the run directory's checkpoint.json, which `--resume` hands to the next
 run (trainjobs/local/checkpoint.py).
+
+Fault injection (`--inject`, issue 39): an injector (trainjobs/local/injector.py) watches the
+processes beside the loop and kills, stops or makes them exit when asked; the loop sees the
+result as it would see any failure.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import socket
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,9 +55,11 @@ from trainjobs.core.validation import load_job_file
 from trainjobs.errors import ProgramMissing, SpecError, SpecInvalid, TrainjobsError
 from trainjobs.local.checkpoint import ResumePoint, find_resume, resume_command, write_checkpoint
 from trainjobs.local.ignored import ignored_fields_note
+from trainjobs.local.inject import Trigger, arm, parse_injection
+from trainjobs.local.injector import Injector, report_interval
 from trainjobs.local.output import Console, ReplicaSummary
 from trainjobs.local.process import ProcessSpec, ReplicaProcess, process_spec
-from trainjobs.local.receiver import ProgressReceiver
+from trainjobs.local.receiver import LOCAL_INTERVAL, ProgressReceiver
 from trainjobs.local.supervise import supervise
 from trainjobs.plugin.manager import PluginManager, load_plugins
 from trainjobs.plugin.types import Address, ClusterLayout, Framework
@@ -131,7 +138,7 @@ class LocalRun:
 
     def __init__(self, job: Job, framework: Framework, plugins: PluginManager,
                  base_dir: Path, log_dir: Path, console: Console,
-                 resume: ResumePoint | None = None) -> None:
+                 resume: ResumePoint | None = None, injections: Sequence[Trigger] = ()) -> None:
         self.job = job
         self.resume = resume
         self.saved: SavedCheckpoint | None = None
@@ -152,7 +159,9 @@ class LocalRun:
         self._wake = asyncio.Event()
         self.board = ProgressBoard(job.namespace, job.name, job.metadata.uid or "")
         self.receiver = ProgressReceiver(self.board, self._on_report,
+                                         interval=report_interval(injections, LOCAL_INTERVAL),
                                          on_checkpoint=self._on_checkpoint)
+        self.injector = Injector(injections, console.note, log_dir, self.receiver.clock)
         try:
             self._prepare()
         except BaseException:
@@ -197,6 +206,7 @@ class LocalRun:
                 errors.append(result)
             else:
                 result = _with_env(result, self.resume.env() if self.resume else {})
+                result = self.injector.wrap(name, result)
                 specs[name] = result if self.library is None else \
                     _with_pythonpath(result, self.library)
         if errors:
@@ -252,9 +262,17 @@ class LocalRun:
         """Reconcile until the job has finished and every process is stopped; the progress
         receiver serves meanwhile."""
         await self.receiver.start()
+        injecting = asyncio.get_running_loop().create_task(self.injector.watch(
+            lambda: self.processes, self.recreations, self.board), name="inject") \
+            if self.injector.triggers else None
         try:
             return await self._reconcile()
         finally:
+            if injecting is not None:
+                injecting.cancel()
+                await asyncio.gather(injecting, return_exceptions=True)
+                for line in self.injector.unfired():
+                    self.console.note(line)
             await self.receiver.stop()
 
     async def _reconcile(self) -> Job:
@@ -352,6 +370,7 @@ class LocalRun:
 def run_file(path: Path, args: argparse.Namespace) -> int:
     """Run the job in `path`; returns the process exit code."""
     started = time.monotonic()  # the summary's duration covers start-up too
+    injections = [parse_injection(text) for text in getattr(args, "inject", None) or []]
     plugins = load_plugins()
     loaded = load_job_file(path, plugins)
     if len(loaded.jobs) != 1:
@@ -366,12 +385,14 @@ def run_file(path: Path, args: argparse.Namespace) -> int:
                                      "to run (set it to false)")], str(path))
     job = job.model_copy(update={"metadata": job.metadata.model_copy(
         update={"uid": str(uuid.uuid4()), "namespace": LOCAL_NAMESPACE})})
+    triggers = arm(injections, job.name, expected_replicas(job))  # refused before any start
     resume = find_resume(Path(args.run_dir), job.name) if getattr(args, "resume", False) \
         else None
     log_dir = Path(args.run_dir) / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)
     console = Console(colour=False if args.no_color else None)
-    run = LocalRun(job, framework, plugins, path.resolve().parent, log_dir, console, resume)
+    run = LocalRun(job, framework, plugins, path.resolve().parent, log_dir, console, resume,
+                   triggers)
     run.resume_hint = resume_command(str(path), str(args.run_dir))
     console.note(f"running {job.kind} {job.name} locally ({len(run.desired.pods)} replicas; "
                  f"images are ignored); logs in {log_dir}")
@@ -384,6 +405,8 @@ def run_file(path: Path, args: argparse.Namespace) -> int:
         console.note(f"resuming from the checkpoint at step {resume.step}: {resume.uri} "
                      f"({resume.path}); every replica gets TRAINJOBS_CHECKPOINT_STEP and "
                      f"TRAINJOBS_CHECKPOINT_URI")
+    for trigger in triggers:
+        console.note(f"will inject: {trigger.injection.text} (on {trigger.pod})")
     if run.library is None:
         console.note("trainjobs_progress not found: replicas report progress only if their "
                      "environment has it (pip install ./progress from a clone of trainjobs)")
