@@ -20,8 +20,9 @@ demo:
 	@venv=$$(scripts/dev-venv.sh); mx=$$(scripts/framework-venv.sh mxnet); \
 	PATH="$$mx/bin:$$PATH" "$$venv/bin/trainjobs" run examples/mxnet/dist-sync.yaml
 
-## make bench: the benchmarks of docs/benchmarks.md (about 90 minutes on 2 CPUs); results and
-## plots go to docs/benchmarks/. BENCH_ARGS reach both programs (e.g. BENCH_ARGS=--help).
+## make bench: the benchmarks of docs/benchmarks.md (about 95 minutes on 2 CPUs); results and
+## plots go to docs/benchmarks/. BENCH_ARGS reach fanout, scale and progress (e.g.
+## BENCH_ARGS=--help).
 BENCH_ARGS ?=
 bench:
 	@venv=$$(DEV_VENV_EXTRAS="--extra bench" scripts/dev-venv.sh); \
@@ -30,6 +31,7 @@ bench:
 	"$$venv/bin/python" -m bench.scale $(BENCH_ARGS); \
 	"$$venv/bin/python" -m bench.gcpause; \
 	"$$venv/bin/python" -m bench.progress $(BENCH_ARGS); \
+	"$$venv/bin/python" -m bench.preemption; \
 	"$$venv/bin/python" -m bench.plot
 
 ## make chaos: the long chaos scenarios of tests/chaos (SIGKILL storm of 200 jobs, API server

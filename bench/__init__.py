@@ -5,7 +5,8 @@ same run, API writes per job, writes during a resync.
 ``python -m bench.scale``   thousands of jobs present: reaction latency, new-job latency against
 an empty baseline, the operator's memory and CPU footprint.
 ``python -m bench.plot``    PNG plots from the JSON results.
-(bigjob, cli_yaml, client_read, gcpause, memory: see each module's docstring.)
+(bigjob, cli_yaml, client_read, gcpause, kueue, memory, preemption, progress: see each
+module's docstring.)
 
 What the programs share, one concern a module: ``cluster`` (the control plane), ``api`` (the
 thin aiohttp client of the bench and the ceiling, raising the transport's typed errors),

@@ -1,7 +1,8 @@
 """PNG plots of the benchmark results (matplotlib, a bench-only dependency).
 
-    python -m bench.plot                      # docs/benchmarks/{fanout,scale,progress}.json
-    python -m bench.plot --fanout F.json --scale S.json --progress P.json --outdir DIR
+    python -m bench.plot        # docs/benchmarks/{fanout,scale,progress,preemption}.json
+    python -m bench.plot --fanout F.json --scale S.json --progress P.json \
+        --preemption R.json --outdir DIR
 """
 
 from __future__ import annotations
@@ -169,11 +170,45 @@ def plot_progress(data: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def plot_preemption(data: dict[str, Any], out: Path) -> Path:
+    """bench.preemption: per phase, the median of each step from the high job's creation
+    until its pods run (a step's median each, so a bar need not add up to the median total,
+    which is written at its end)."""
+    plt = _matplotlib()
+    summary = data["summary"]
+    phases = list(summary)
+    fullest = max(phases, key=lambda p: len(summary[p]["steps"]))  # the steps in order
+    steps = list(dict.fromkeys([*summary[fullest]["steps"],
+                                *(s for p in phases for s in summary[p]["steps"])]))
+    fig, ax = plt.subplots(figsize=(13, 1.2 + 0.9 * len(phases)))
+    cmap = plt.get_cmap("tab10")
+    for j, step in enumerate(steps):
+        lefts = [sum(max(summary[p]["steps"][s]["median"], 0.0) for s in steps[:j]
+                     if s in summary[p]["steps"]) for p in phases]
+        widths = [max(summary[p]["steps"][step]["median"], 0.0)
+                  if step in summary[p]["steps"] else 0.0 for p in phases]
+        ax.barh(phases, widths, left=lefts, color=cmap(j % 10), label=step)
+    for i, p in enumerate(phases):
+        total = summary[p]["preemption_to_high_running"]
+        ax.text(total["median"], i, f"  {total['median']:.1f} s ({total['min']:.1f}-"
+                f"{total['max']:.1f})", va="center")
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds after the high-priority job's creation (medians)")
+    ax.set_title("Kueue preemption until the high-priority job's pods run, checkpointTimeout"
+                 f"Seconds {data['args']['checkpoint_timeout']}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.plot", description=__doc__)
     p.add_argument("--fanout", type=Path, default=RESULTS_DIR / "fanout.json")
     p.add_argument("--scale", type=Path, default=RESULTS_DIR / "scale.json")
     p.add_argument("--progress", type=Path, default=RESULTS_DIR / "progress.json")
+    p.add_argument("--preemption", type=Path, default=RESULTS_DIR / "preemption.json")
     p.add_argument("--outdir", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     args.outdir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.progress.exists():
         done.append(plot_progress(json.loads(args.progress.read_text()),
                                   args.outdir / "progress.png"))
+    if args.preemption.exists():
+        done.append(plot_preemption(json.loads(args.preemption.read_text()),
+                                    args.outdir / "preemption.png"))
     for path in done:
         print(path)
     if not done:

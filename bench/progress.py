@@ -219,18 +219,21 @@ async def running_pods(api: Api, n: int, timeout: float) -> list[dict[str, Any]]
         await asyncio.sleep(5)
 
 
-async def tokens(api: Api, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per pod: a pod-bound token of our audience, and the job it reports for."""
+async def tokens(api: Api, pods: list[dict[str, Any]], namespace: str = NAMESPACE,
+                 expiration: int = 3600) -> list[dict[str, Any]]:
+    """Per pod (all of `namespace`): a pod-bound token of our audience, and the job it
+    reports for."""
     async def one(pod: dict[str, Any]) -> dict[str, Any]:
         meta = pod["metadata"]
         owner = next(r for r in meta["ownerReferences"] if r.get("controller"))
         answer = await api.create(
-            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default/token",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/default/token",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"audiences": [AUDIENCE], "expirationSeconds": 3600, "boundObjectRef": {
-                 "kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}}})
+             "spec": {"audiences": [AUDIENCE], "expirationSeconds": expiration,
+                      "boundObjectRef": {"kind": "Pod", "apiVersion": "v1",
+                                         "name": meta["name"], "uid": meta["uid"]}}})
         return {"name": meta["name"], "token": answer["status"]["token"],
-                "job": {"namespace": NAMESPACE, "name": owner["name"], "uid": owner["uid"]}}
+                "job": {"namespace": namespace, "name": owner["name"], "uid": owner["uid"]}}
 
     return list(await gather_bounded(16, (one(p) for p in pods)))
 
