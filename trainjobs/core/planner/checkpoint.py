@@ -182,12 +182,14 @@ def _ask(state: _State, request: CheckpointRequestStatus | None, saving: Observe
     """A new request of `saving`, recorded in the status (written at once: its deadline
     must outlive an operator restart); the backend asks once it has been written."""
     now = whole_seconds(state.now)
+    # The status keeps whole seconds: the deadline is rounded up, never cutting the bound.
+    ends = now + timedelta(seconds=timeout + (1 if state.now > now else 0))
     method = CheckpointMethod.REPORT if seen.reporting else CheckpointMethod.SIGNAL
     new = CheckpointRequestStatus(
         id=(request.id if request is not None else 0) + 1, reason=reason, replica=saving.name,
         pod_uid=saving.uid,
         attempt=saving.attempt if saving.attempt is not None else state.job.status.attempt,
-        method=method, request_time=now, deadline=now + timedelta(seconds=timeout))
+        method=method, request_time=now, deadline=ends)
     state.status.checkpoint_request = new
     how = ("in the reply to its progress reports" if method is CheckpointMethod.REPORT else
            "by SIGTERM (it does not report progress)")
