@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 from trainjobs.api.failure_policy import FailureAction, FailureReason, FailureRule
 from trainjobs.core.observed import ObservedPod, loss_reason
 
-__all__ = ["Failure", "RuleDecision", "classify", "decide", "describe_budget", "policy_errors"]
+__all__ = ["Failure", "RuleDecision", "classify", "decide", "describe_budget",
+           "disruption_reason", "policy_errors"]
 
 #: The disruption and status reasons the platform gives, by the reason a rule matches.
 _PREEMPTED = frozenset({"PreemptionByScheduler", "Preempting", "Preempted"})
@@ -56,17 +57,26 @@ def classify(pod: ObservedPod) -> FailureReason:
     """The reason a rule matches for a failed pod: what disrupted it, else OOMKilled or
     DeadlineExceeded when the kubelet said so, else Error."""
     if pod.disrupted:
-        said = loss_reason(pod.disruption or pod.reason)
-        if said in _PREEMPTED:
-            return FailureReason.PREEMPTED
-        if said in _NODE_LOST:
-            return FailureReason.NODE_LOST
-        return FailureReason.EVICTED
+        return disruption_reason(pod.disruption or pod.reason) or FailureReason.EVICTED
     if pod.reason == "OOMKilled":
         return FailureReason.OOM_KILLED
     if pod.reason == "DeadlineExceeded":
         return FailureReason.DEADLINE_EXCEEDED
     return FailureReason.ERROR
+
+
+def disruption_reason(cause: str) -> FailureReason | None:
+    """The reason a rule matches for a pod the platform took, from the cause it gave
+    ("PreemptionByScheduler: ..."); None when it named none of its disruptions (a pod deleted
+    by a user or a controller that says nothing)."""
+    said = loss_reason(cause)
+    if said in _PREEMPTED:
+        return FailureReason.PREEMPTED
+    if said in _NODE_LOST:
+        return FailureReason.NODE_LOST
+    if said in _EVICTED:
+        return FailureReason.EVICTED
+    return None
 
 
 def _matches(rule: FailureRule, failure: Failure) -> bool:

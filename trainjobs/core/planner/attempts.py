@@ -14,6 +14,7 @@ from trainjobs.plugin.types import Replica, ReplicaOutcome, ReplicaPhase
 
 from .counts import _lost
 from .inputs import retryable
+from .losses import _lost_by_rule
 from .rules import _rule_for
 from .state import _delete_pod, _State
 
@@ -71,6 +72,9 @@ def _next_attempt(state: _State, desired: RenderedJob, pods: Sequence[ObservedPo
             cause = (seen.disruption if seen else "") or (hint.cause if hint else "") or \
                 "its pod disappeared (deleted, preempted or evicted by someone other than " \
                 "the operator)"
+            uid = seen.uid if seen else hint.uid if hint else ""
+            if _lost_by_rule(state, replica, name, uid, cause, seen):
+                return  # a rule fails the job: no new attempt
             _lost(state, replica, name, cause, seen.uid if seen else "")
             state.attempt = current + 1
             state.attempt_cause = f"replica {replica.type} {replica.index} (pod {name}) " \

@@ -22,6 +22,7 @@ from .attempts import _earlier_alive, _hint, _next_attempt, _restart_with_attemp
 from .checkpoint import stale_for_stall
 from .counts import _created_reason, _lost, _replica_statuses, _restarts, _summary
 from .inputs import Event, PlanInputs, PlannerSettings, retryable
+from .losses import _lost_by_rule
 from .rules import (
     RESTARTS,
     _failure_words,
@@ -280,8 +281,9 @@ def _outcome(
         body = manifest()
         name = body["metadata"]["name"]
         hint = _hint(state, name)
-        if replica.index in started or (hint is not None and hint.uid not in counted and
-                                        name not in state.lost_names):
+        if (replica.index in started or (hint is not None and hint.uid not in counted and
+                                         name not in state.lost_names)) and not (
+                hint is not None and _lost_by_rule(state, replica, name, hint.uid, hint.cause)):
             _lost(state, replica, name, hint.cause if hint else "its pod disappeared "
                   "(deleted, preempted or evicted by someone other than the operator)")
         state.plan.create_pods.append(body)
@@ -289,7 +291,8 @@ def _outcome(
     if pod.deleting:
         if pod.uid in counted:
             state.counting.add(pod.uid)  # counted as lost while it terminates: once
-        elif replica.index in started and pod.name not in state.rescaled:
+        elif replica.index in started and pod.name not in state.rescaled and \
+                not _lost_by_rule(state, replica, pod.name, pod.uid, pod.disruption, pod):
             _lost(state, replica, pod.name, pod.disruption or "its pod is being deleted by "
                   "someone other than the operator", pod.uid)
         return ReplicaOutcome(replica, ReplicaPhase.PENDING)
