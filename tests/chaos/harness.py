@@ -32,6 +32,10 @@ per_kind
     watch (not measured).
 double_true
     Job statuses seen (every version a watch delivered) with two exclusive conditions True.
+rule_mismatches
+    For the jobs with failure rules (tests/chaos/ruled.py): each count or action that differs
+    from what KWOK's exits must lead to (status.failures, failureRuleUses, restarts, pods
+    created, the Failed condition); must be empty.
 recovery
     Seconds from a fault's end to the operator acting again (scenario-specific, named).
 """
@@ -84,6 +88,7 @@ class Figures:
     statuses_seen: int = 0
     double_true: list[str] = field(default_factory=list)
     finished_flips: list[str] = field(default_factory=list)
+    rule_mismatches: list[str] = field(default_factory=list)
     recovery_s: dict[str, float] = field(default_factory=dict)
     faults: int = 0
     duration_s: float = 0.0
@@ -98,6 +103,7 @@ class Figures:
             (self.orphans, "orphans"),
             (self.double_true, "statuses with two exclusive conditions True"),
             (self.finished_flips, "finished jobs that left their end"),
+            (self.rule_mismatches, "failure-rule counts unlike what KWOK did"),
         )
         out = [f"{len(items)} {what}: {items[:5]}" for items, what in found if items]
         if self.duplicates:
@@ -272,7 +278,8 @@ def audit_figures(figures: Figures, plane: ControlPlane, namespace: str, since: 
     ``attempts``: pod name -> how many attempts a pod watch saw pods of under that name, for
     the kinds whose replicas restart together: each attempt creates every shard anew (the
     operator deletes the running peers of a failed shard), so there a duplicate is a create
-    beyond one per attempt, whatever removal came before it."""
+    beyond one per attempt, whatever removal came before it; and for the pods of jobs with
+    failure rules, the creates their rules ask for (a RestartJob recreates running pods)."""
     histories = pod_histories(plane.audit_events(since), namespace)
     dup = 0
     most = 0

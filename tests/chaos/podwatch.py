@@ -30,6 +30,7 @@ import json
 import ssl
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,6 +153,17 @@ class PodWatch:
                 if p.attempt is not None:
                     seen.setdefault(p.name, set()).add(p.attempt)
         return {name: len(attempts) for name, attempts in seen.items()}
+
+    def failed_by_name(self) -> Counter[str]:
+        """Pod name -> how many of its pods (uids) were last seen Failed."""
+        with self._lock:
+            return Counter(p.name for p in self.pods.values() if p.phase == "Failed")
+
+    def made_by_name(self) -> Counter[str]:
+        """Pod name -> how many pods (uids) of that name were seen: those created, even by a
+        create the API server answered 504 (which the audit log does not count)."""
+        with self._lock:
+            return Counter(p.name for p in self.pods.values())
 
     def attempts_without_cause(self, shards: dict[str, int], taken: set[str]) -> list[str]:
         """The attempts of the jobs of ``shards`` (job name -> its shards) that ended without

@@ -9,6 +9,7 @@ import json
 import random
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from tests.chaos.harness import (
     wait_finished,
 )
 from tests.chaos.podwatch import PodWatch
+from tests.chaos.ruled import SHAPES, allowed_creates, check_ruled, ruled_job
 from tests.integration.operator_helpers import Operator, job, replica, true_conditions
 from trainjobs.testing import pod_histories
 
@@ -84,7 +86,8 @@ class StormMix:
     fails every time, recreated ``backoff`` times), ``caffe2`` Caffe2Jobs of 2-8 shards (every
     ``caffe2_failing_every``-th one has a shard that fails in consecutive attempts, 1 to
     ``caffe2_failures`` of them in turn: all restart together each time, and the job still
-    succeeds within its backoffLimit 3) and ``tf`` TfJobs, interleaved."""
+    succeeds within its backoffLimit 3), ``tf`` TfJobs and ``ruled`` MxJobs with failure
+    rules (tests/chaos/ruled.py: every other one of each shape), interleaved."""
 
     mx: int
     caffe2: int = 0
@@ -93,16 +96,23 @@ class StormMix:
     backoff: int = 2
     caffe2_failing_every: int = 2
     caffe2_failures: int = 1
+    ruled: int = 0
 
     @property
     def jobs(self) -> int:
-        return self.mx + self.caffe2 + self.tf
+        return self.mx + self.caffe2 + self.tf + self.ruled
+
+    def ruled_shapes(self) -> dict[str, str]:
+        """The jobs with failure rules: name -> shape."""
+        shapes = sorted(SHAPES)
+        return {f"r{i}": shapes[i % len(shapes)] for i in range(self.ruled)}
 
     def title(self, kills: int) -> str:
-        if not self.caffe2 and not self.tf:
+        if not self.caffe2 and not self.tf and not self.ruled:
             return f"SIGKILL storm ({self.mx} jobs, {kills} kills)"
-        kinds = ", ".join(f"{n} {k}s" for n, k in ((self.mx, "MxJob"), (self.caffe2, "Caffe2Job"),
-                                                    (self.tf, "TfJob")) if n)
+        kinds = ", ".join(f"{n} {k}" for n, k in (
+            (self.mx, "MxJobs"), (self.caffe2, "Caffe2Jobs"), (self.tf, "TfJobs"),
+            (self.ruled, "MxJobs with failure rules")) if n)
         return f"SIGKILL storm ({self.jobs} jobs: {kinds}; {kills} kills)"
 
     def manifests(self, rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, str],
@@ -127,7 +137,11 @@ class StormMix:
         for i in range(self.tf):
             tf.append(tf_job(f"t{i}"))
             expect[f"TfJob/t{i}"] = "Succeeded"
-        mixed = [m for group in itertools.zip_longest(mx, c2, tf) for m in group if m]
+        ruled = []
+        for name, shape in self.ruled_shapes().items():
+            ruled.append(ruled_job(name, shape))
+            expect[f"MxJob/{name}"] = "Failed"
+        mixed = [m for group in itertools.zip_longest(mx, c2, tf, ruled) for m in group if m]
         return mixed, expect, fail
 
 
@@ -138,8 +152,11 @@ def _tracebacks(operators: list[Operator]) -> list[str]:
 
 
 def _finish(env: ChaosEnv, figures: Figures, watch: StatusWatch, names: list[str],
-            budget: float, audit0: int, pods: PodWatch | None = None) -> float:
-    """Wait for the jobs, then fill in the figures; returns when (wall clock) all ended."""
+            budget: float, audit0: int, pods: PodWatch | None = None,
+            allowed: dict[str, int] | None = None) -> float:
+    """Wait for the jobs, then fill in the figures; returns when (wall clock) all ended.
+    ``allowed``: pod name -> the creates its job asks for, where more than the audit log's
+    removals (failure rules' restarts)."""
     figures.jobs = len(names)
     figures.lost = wait_finished(watch, names, budget, env.operators.started[-1:])
     figures.finished = len(names) - len(figures.lost)
@@ -148,7 +165,8 @@ def _finish(env: ChaosEnv, figures: Figures, watch: StatusWatch, names: list[str
     if pods is not None:
         time.sleep(1.0)  # the pod watch catches up with the last deletes
     audit_figures(figures, env.plane, env.ns.name, audit0,
-                  pods.attempts_by_name() if pods is not None else None)
+                  {**(pods.attempts_by_name() if pods is not None else {}), **(allowed or {})}
+                  or None)
     figures.statuses_seen = watch.seen
     figures.double_true = list(watch.double_true)
     figures.finished_flips = list(watch.finished_flips)
@@ -188,10 +206,12 @@ def sigkill_storm(env: ChaosEnv, mix: StormMix, *, kills: int, budget: float,
             figures.recovery_s["kill to ready, median"] = sorted(ready)[len(ready) // 2]
             figures.recovery_s["kill to ready, max"] = max(ready)
         t_last = time.time()
-        finished_at = _finish(env, figures, watch, names, budget, audit0, pods)
+        allowed = allowed_creates(mix.ruled_shapes())
+        finished_at = _finish(env, figures, watch, names, budget, audit0, pods, allowed)
         figures.recovery_s["last kill to all finished"] = finished_at - t_last
-        _kind_figures(figures, pods, env, audit0, failer)
+        _kind_figures(figures, pods, env, audit0, failer, allowed)
         _attempt_figures(figures, pods, watch, failer, env, audit0, manifests)
+        _rule_figures(figures, pods, watch, mix.ruled_shapes())
         ended = watch.finished()
         wrong = [f"{key} {ended[key]} (expected {want})" for key, want in expect.items()
                  if key in ended and ended[key] != want]
@@ -201,13 +221,13 @@ def sigkill_storm(env: ChaosEnv, mix: StormMix, *, kills: int, budget: float,
 
 
 def _kind_figures(figures: Figures, pods: PodWatch, env: ChaosEnv, audit0: int,
-                  failer: FailAttempts) -> None:
+                  failer: FailAttempts, allowed: dict[str, int]) -> None:
     """Per kind, from the pod watch and the audit log: jobs, pods, attempts, overlaps,
-    recreations within an attempt, duplicates."""
+    recreations within an attempt, duplicates (``allowed``: as `_finish`'s)."""
     kind_of = pods.kind_of()
     histories = pod_histories(env.plane.audit_events(audit0), env.ns.name)
     per_kind = {kind: kf.to_json() for kind, kf in pods.figures().items()}
-    attempts = pods.attempts_by_name()
+    attempts = {**pods.attempts_by_name(), **allowed}
     for name, history in histories.items():
         kind = kind_of.get(name, "unknown")
         entry = per_kind.setdefault(kind, {})
@@ -256,6 +276,25 @@ def _attempt_figures(figures: Figures, pods: PodWatch, watch: StatusWatch,
     entry.update(attempts_without_cause=len(without), restarts_counted=restarts,
                  failures_made=made, restarts_over_failures=len(over))
     entry["examples"] = [*entry.get("examples", []), *without[:5], *over[:5]][:10]
+
+
+def _rule_figures(figures: Figures, pods: PodWatch, watch: StatusWatch,
+                  shapes: dict[str, str]) -> None:
+    """Issue 39: per job with failure rules, its counts and actions against what KWOK did
+    (tests/chaos/ruled.py); a difference is a problem (``rule_mismatches``)."""
+    if not shapes:
+        return
+    creates = pods.made_by_name()
+    failed = pods.failed_by_name()
+    wrong = []
+    for name, shape in shapes.items():
+        status = (watch.latest.get(("MxJob", name)) or {}).get("status") or {}
+        wrong += check_ruled(name, shape, status, creates, failed[f"{name}-worker-0"])
+    figures.rule_mismatches = wrong
+    figures.extra["failure_rules"] = {
+        "jobs": len(shapes), "shapes": dict(sorted(Counter(shapes.values()).items())),
+        "decisions": sum(SHAPES[s].failures for s in shapes.values()),
+        "jobs_matching": len(shapes) - len({w.split(" (")[0] for w in wrong})}
 
 
 def component_outage(env: ChaosEnv, component: str, *, jobs: int, down: float,

@@ -25,16 +25,26 @@ def test_pods_recreated_under_operator_kills_are_created_once_per_failure(
     chaos_env: ChaosEnv,
 ) -> None:
     """8 MxJobs (4 with a Worker that fails every time), 3 Caffe2Jobs whose shard fails in 1,
-    2 and 3 consecutive attempts (every shard restarts together each time) and a TfJob, under
-    5 operator SIGKILLs."""
+    2 and 3 consecutive attempts (every shard restarts together each time), a TfJob and 4
+    MxJobs with failure rules (2 escalating RecreatePod -> RestartJob -> spent, 2 ignoring
+    until spent), under 5 operator SIGKILLs."""
     mix = StormMix(mx=8, caffe2=3, tf=1, failing_every=2, backoff=3, caffe2_failing_every=1,
-                   caffe2_failures=3)
+                   caffe2_failures=3, ruled=4)
     figures = chaos_env.record(sigkill_storm(chaos_env, mix, kills=5, budget=120))
     assert figures.problems() == []
     # The scenario did exercise recreation: 4 failing jobs, each Worker failing 4 times.
     assert figures.failures_recreated >= 4 * 3, figures
     assert figures.max_creates_per_pod_name == 4, figures
     _assert_restarted_together(figures, 3)
+    _assert_ruled(figures, mix)
+
+
+def _assert_ruled(figures: Figures, mix: StormMix) -> None:
+    """Every job with failure rules was checked, and matched what KWOK did (its counts and
+    actions, decided once each despite the kills: figures.rule_mismatches, a problem)."""
+    rules = figures.extra["failure_rules"]
+    assert rules["jobs"] == rules["jobs_matching"] == mix.ruled, rules
+    assert rules["shapes"] == {"escalate": mix.ruled // 2, "ignore": mix.ruled // 2}, rules
 
 
 def _assert_restarted_together(figures: Figures, failing: int) -> None:
@@ -56,12 +66,13 @@ def _assert_restarted_together(figures: Figures, failing: int) -> None:
 @pytest.mark.chaos
 @pytest.mark.timeout(900)
 def test_sigkill_storm_200_jobs_20_kills(chaos_env: ChaosEnv) -> None:
-    mix = StormMix(mx=80, caffe2=80, tf=40, failing_every=10, backoff=2,
-                   caffe2_failing_every=2, caffe2_failures=3)
+    mix = StormMix(mx=60, caffe2=80, tf=40, failing_every=10, backoff=2,
+                   caffe2_failing_every=2, caffe2_failures=3, ruled=20)
     figures = chaos_env.record(sigkill_storm(chaos_env, mix, kills=20, budget=400))
     assert figures.problems() == []
-    assert figures.finished == 200
+    assert figures.finished == mix.jobs == 200
     _assert_restarted_together(figures, 40)
+    _assert_ruled(figures, mix)
 
 
 def test_a_failed_pod_whose_removal_stalls_is_deleted_again(chaos_env: ChaosEnv) -> None:
