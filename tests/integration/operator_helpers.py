@@ -359,8 +359,11 @@ def watch_objects(ns: Namespace, path: str, query: dict[str, str]
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     events: list[dict[str, Any]] = []
+    # (A last line without its newline was cut off by the SIGTERM below while objects still
+    # change: it is no event.)
     reader = threading.Thread(target=lambda: events.extend(
-        json.loads(line) for line in proc.stdout or () if line.strip()), daemon=True)
+        json.loads(line) for line in proc.stdout or () if line.endswith("\n") and line.strip()),
+        daemon=True)
     reader.start()
     objects: list[dict[str, Any]] = list(listed["items"])
 

@@ -11,15 +11,18 @@ rules' (the replica's restartPolicy) — is written the same way (`_record`: the
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from trainjobs.api.failure_policy import FailureAction, FailureReason
 from trainjobs.api.models import MAX_FAILURE_RECORDS, FailureRecord
 from trainjobs.core.deletions import DeleteReason
 from trainjobs.core.failure_rules import Failure, RuleDecision, classify, decide
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.status import whole_seconds
+from trainjobs.labels import LABEL_REPLICA_TYPE
 
 from .inputs import Event
-from .state import _delete_pod, _State
+from .state import _delete_pod, _requeue, _State
 
 #: Actions that start every replica of the rule's scope again.
 RESTARTS = frozenset({FailureAction.RESTART_JOB, FailureAction.RESTART_REPLICA_TYPE})
@@ -96,10 +99,29 @@ def _restart_scope(state: _State, replica_type: str, action: FailureAction) -> N
 
 
 def _marked(state: _State, replica_type: str, pod: ObservedPod | None) -> bool:
-    """Whether `pod` is one a rule's restart of its type has still to recreate."""
+    """Whether `pod` is one a rule's restart of its type has still to recreate: created
+    (whole seconds, as the API keeps it) no later than the mark, as no pod of the type is
+    created within the mark's second (`_hold_in_mark_second`)."""
     mark = state.restart_marks.get(replica_type)
     return mark is not None and pod is not None and not pod.deleting and \
-        pod.created is not None and pod.created < mark and pod.phase is not PodPhase.SUCCEEDED
+        pod.created is not None and pod.created <= mark and pod.phase is not PodPhase.SUCCEEDED
+
+
+def _hold_in_mark_second(state: _State) -> None:
+    """No pod of a type a rule restarts is created within the second of its mark: such a
+    pod's creationTimestamp (whole seconds) would equal the mark, and `_marked` could not
+    tell it from the pods created before the decision in that second (pods that fail at
+    once; seen on the real control plane), which the restart must recreate. Held a moment."""
+    now = whole_seconds(state.now)
+    held = {k.lower() for k, mark in state.restart_marks.items() if mark >= now}
+    if not held:
+        return
+    creates = state.plan.create_pods
+    kept = [b for b in creates if b["metadata"]["labels"].get(LABEL_REPLICA_TYPE) not in held]
+    if len(kept) < len(creates):
+        state.plan.create_pods = kept
+        state.restarting = True
+        _requeue(state.plan, (now + timedelta(seconds=1) - state.now).total_seconds())
 
 
 def _restart_marked(state: _State, replica_type: str, index: int, pod: ObservedPod) -> None:

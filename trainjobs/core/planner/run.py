@@ -26,6 +26,7 @@ from .losses import _lost_by_rule
 from .rules import (
     RESTARTS,
     _failure_words,
+    _hold_in_mark_second,
     _marked,
     _record,
     _restart_marked,
@@ -112,6 +113,7 @@ def _run(
             continue
         outcomes.append(_outcome(state, replica, pod, policy,
                                  functools.partial(desired.pods.__getitem__, name), settings))
+    _hold_in_mark_second(state)
     if restart_together and state.plan.create_pods and _earlier_alive(state, desired, pods):
         # The barrier between attempts: none of this attempt's pods while one of an earlier
         # attempt still runs (or holds a name), so that all start from one later decision.

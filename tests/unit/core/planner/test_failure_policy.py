@@ -84,6 +84,7 @@ def test_restart_replica_type_recreates_every_pod_of_the_type_once() -> None:
     assert deleted == {"mx-worker-0", "mx-worker-1", "mx-worker-2"}
     assert w.restarts() == {"Scheduler": 0, "Server": 0, "Worker": 1}
     w.gc()
+    w.advance(1)  # (no pod of the type is created within the second of its restart)
     w.settle()
     after = {n: p.uid for n, p in w.pods.items()}
     assert after["mx-scheduler-0"] == before["mx-scheduler-0"]
@@ -144,3 +145,26 @@ def test_a_stall_can_restart_one_replica_type_by_rule() -> None:
     deleted = {n for p in w.history[-2:] for n in p.delete_pods}
     assert deleted == {"mx-worker-0", "mx-worker-1"}  # the Workers; not the others
     assert records(w)[-1][1:3] == ("stuck", "RestartReplicaType")
+
+
+def test_a_restart_within_the_second_its_pods_were_created_recreates_them_once() -> None:
+    """A Worker failing in the second the job's pods were created (the real control plane
+    does it: a pod that exits at once): creationTimestamp and the restart's mark are whole
+    seconds, equal; every pod is still recreated, and its replacement (held until the next
+    second) is not recreated again."""
+    w = running_world(mx_doc(workers=2, failurePolicy=[rule("all", "RestartJob")]))
+    before = {n: p.uid for n, p in w.pods.items()}
+    assert all(p.created == w.now for p in w.pods.values())
+    w.fail("mx-worker-1", exit_code=1)
+    w.settle()
+    assert set(w.pods) <= {"mx-scheduler-0", "mx-server-0", "mx-worker-0"}
+    assert not any(p.uid == before[n] for n, p in w.pods.items())  # all deleted, none back
+    w.advance(0.5)
+    assert w.step().create_pods == []  # still the mark's second
+    w.advance(0.5)
+    w.settle()
+    w.run()
+    w.settle()
+    assert sorted(w.pods) == MX_PODS and all(p.uid != before[n] for n, p in w.pods.items())
+    assert w.created.count("mx-server-0") == 2 and w.state == "Running"
+    assert w.restarts()["Worker"] == 1

@@ -87,6 +87,8 @@ def test_a_restart_job_rule_counts_the_preemption_and_restarts_every_replica() -
     w.advance(5)
     preempt(w, "mx-worker-0")
     w.settle()
+    w.advance(1)
+    w.settle()
     assert records(w) == [("mx-worker-0", "Preempted", "regroup", "RestartJob", 0)]
     assert {n: p.uid for n, p in w.pods.items()}.keys() == before.keys()
     assert all(p.uid != before[n] for n, p in w.pods.items())  # every pod created again
