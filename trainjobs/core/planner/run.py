@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trainjobs.api.failure_policy import FailureAction
+from trainjobs.api.failure_policy import FailureAction, FailureReason
 from trainjobs.api.models import ConditionType, Job, JobStatus, RestartPolicy
 from trainjobs.core.admission import Admission, PodSetConflict, merge_into_pod
 from trainjobs.core.deletions import DeleteReason
@@ -306,9 +306,12 @@ def _outcome(
         started.add(replica.index)
     if pod.waiting_reason in UNRUNNABLE_REASONS and pod.created is not None and \
             state.now - pod.created >= settings.unrunnable_grace:
-        state.failure = (pod.waiting_reason, f"replica {replica.type} {replica.index} (pod "
-                         f"{pod.name}) cannot start: {pod.waiting_reason}"
-                         + (f": {pod.message}" if pod.message else ""))
+        what = (f"replica {replica.type} {replica.index} (pod {pod.name}) cannot start: "
+                f"{pod.waiting_reason}" + (f": {pod.message}" if pod.message else ""))
+        decision = _rule_for(state, replica.type, pod, FailureReason.IMAGE_PULL_FAILED)
+        if decision is not None:
+            return _obey(state, replica, pod, decision, what)
+        state.failure = (pod.waiting_reason, what)
     elif pod.waiting_reason in UNRUNNABLE_REASONS and pod.created is not None:
         remaining = settings.unrunnable_grace - (state.now - pod.created)
         _requeue(state.plan, remaining.total_seconds())

@@ -10,6 +10,7 @@ from typing import Any
 from tests.unit.planner_helpers import World, c2_doc, mx_doc, running_world, tf_doc
 from trainjobs.api.models import ConditionType
 from trainjobs.core.deletions import DeleteReason
+from trainjobs.core.observed import PodPhase
 from trainjobs.core.planner import ProgressSeen
 
 MX_PODS = ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"]
@@ -144,3 +145,20 @@ def test_a_stall_can_restart_one_replica_type_by_rule() -> None:
     deleted = {n for p in w.history[-2:] for n in p.delete_pods}
     assert deleted == {"mx-worker-0", "mx-worker-1"}  # the Workers; not the others
     assert records(w)[-1][1:3] == ("stuck", "RestartReplicaType")
+
+
+def test_an_image_that_cannot_be_pulled_is_retried_by_rule_instead_of_failing() -> None:
+    w = running_world(mx_doc(workers=2, failurePolicy=[
+        rule("registry", "RecreatePod", match={"reasons": ["ImagePullFailed"]},
+             budget={"count": 1})]))
+    w.set("mx-worker-1", phase=PodPhase.PENDING, waiting_reason="ImagePullBackOff")
+    w.advance(121)
+    decision = w.step()
+    assert decision.delete_pods == ["mx-worker-1"] and w.state != "Failed"
+    assert records(w)[-1][1:3] == ("registry", "RecreatePod")
+    w.settle()
+    w.set("mx-worker-1", phase=PodPhase.PENDING, waiting_reason="ImagePullBackOff")
+    w.advance(121)
+    w.step()
+    assert w.state == "Failed" and "rule registry: its budget (1) is spent" in \
+        w.condition(ConditionType.FAILED).message
