@@ -23,9 +23,12 @@ from .checkpoint import stale_for_stall
 from .counts import _created_reason, _lost, _replica_statuses, _restarts, _summary
 from .inputs import Event, PlanInputs, PlannerSettings, retryable
 from .rules import (
+    IN_PLACE,
     RESTARTS,
     _failure_words,
+    _in_place,
     _marked,
+    _prune_seen,
     _record,
     _restart_marked,
     _restart_scope,
@@ -153,6 +156,7 @@ def _run(
         else:
             _requeue(state.plan, (ends - now).total_seconds())
 
+    _prune_seen(state, pods)
     state.status.counted_failures = sorted(state.counting | state.lost_uids)
     done = state.failure is None and succeeded(outcomes)
     finished = state.failure is not None or done
@@ -302,6 +306,12 @@ def _outcome(
     if pod.phase is PodPhase.FAILED:
         started.discard(replica.index)
         return _failed(state, replica, pod, policy)
+    restarted = _in_place(state, replica.type, pod) if pod.restarts else None
+    if restarted is not None and restarted.action not in IN_PLACE:
+        return _obey(state, replica, pod, restarted, f"replica {replica.type} {replica.index} "
+                     f"(pod {pod.name}) restarted in place after exit code "
+                     f"{pod.last_exit_code}" + (f" ({pod.last_reason})" if pod.last_reason
+                                                else ""))
     if pod.phase is PodPhase.RUNNING:
         started.add(replica.index)
     if pod.waiting_reason in UNRUNNABLE_REASONS and pod.created is not None and \

@@ -162,3 +162,39 @@ def test_an_image_that_cannot_be_pulled_is_retried_by_rule_instead_of_failing() 
     w.step()
     assert w.state == "Failed" and "rule registry: its budget (1) is spent" in \
         w.condition(ConditionType.FAILED).message
+
+
+def test_restarts_in_place_are_judged_once_each_then_escalate() -> None:
+    w = running_world(mx_doc(workers=2, restart="OnFailure", failurePolicy=[
+        rule("fatal", "FailJob", match={"exitCodes": {"values": [1]}}),
+        rule("crashloop", "RestartInPlace", budget={"count": 2}, whenSpent="fresh-pod"),
+        rule("fresh-pod", "RecreatePod", match={"reasons": ["Stalled"]})]))
+    uid = w.pods["mx-worker-1"].uid
+    for restarts, left in ((1, 1), (2, 0)):
+        w.set("mx-worker-1", restarts=restarts, last_exit_code=3, last_reason="Error")
+        decision = w.step()
+        assert decision.delete_pods == [] and records(w)[-1] == \
+            ("mx-worker-1", "crashloop", "RestartInPlace", left)
+        assert w.status.restarts_seen == {uid: restarts}
+        assert w.step().events == []  # judged once
+    w.set("mx-worker-1", restarts=3, last_exit_code=3, last_reason="Error")
+    decision = w.step()
+    assert decision.delete_pods == ["mx-worker-1"]  # crashloop spent: a fresh pod
+    assert w.status.failures[-1].escalated_from == ["crashloop"]  # type: ignore[index]
+    assert w.restarts()["Worker"] == 4  # three in place and one recreation
+    w.settle()
+    assert w.status.restarts_seen is None  # the old pod's judged restarts are forgotten
+    w.set("mx-worker-0", restarts=1, last_exit_code=1, last_reason="Error")
+    w.step()
+    assert w.state == "Failed" and "rule fatal: FailJob" in \
+        w.condition(ConditionType.FAILED).message
+
+
+def test_restart_in_place_is_refused_where_the_kubelet_does_not_restart() -> None:
+    from tests.unit.helpers import errors_of
+    errors = errors_of(mx_doc(workers=2, failurePolicy=[
+        rule("loop", "RestartInPlace", match={"reasons": ["Preempted"]})]))
+    assert "RestartInPlace needs restartPolicy OnFailure or Always on Scheduler, Server, " \
+           "Worker" in errors["spec.runPolicy.failurePolicy[0].action"]
+    assert "Preempted is never restarted in place" in \
+        errors["spec.runPolicy.failurePolicy[0].match.reasons"]
