@@ -101,6 +101,13 @@ def test_the_default_rules_and_a_spent_rule_that_fails_the_job() -> None:
     assert failure_lines(spent, NOW)[-1] == "restart: 2 of 2 used, spent: the job fails"
 
 
+def test_a_restart_in_place_reads_as_any_decision() -> None:
+    status = {"failures": [record("12:09:00", "mx-worker-0", "OOMKilled", "crashloop",
+                                  "RestartInPlace", exitCode=137, budgetLeft=4)]}
+    assert failure_lines(job(status), NOW) == [
+        "12:09:00 mx-worker-0 exit 137 (OOMKilled): rule crashloop -> RestartInPlace, 4 left"]
+
+
 def test_a_window_counts_only_its_recent_uses() -> None:
     uses = {"oom": ["2026-11-28T10:00:00Z", "2026-11-28T11:10:00Z",  # exactly 3600 s old
                     "2026-11-28T11:10:01Z", "2026-11-28T12:09:00Z"]}
