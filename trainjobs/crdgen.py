@@ -295,7 +295,11 @@ def failure_policy_rules(spec: dict[str, Any], framework: Framework) -> list[dic
                 "!self.exitCodes.values.exists(v, v == 0)",
         "message": "exitCodes: 0 is a success, never a failure"}]
     item_rules = [{"rule": "!has(self.whenSpent) || has(self.budget)",
-                   "message": "whenSpent: only a rule with a budget is ever spent"}]
+                   "message": "whenSpent: only a rule with a budget is ever spent"},
+                  {"rule": "self.action != 'RestartInPlace' || !has(self.match.reasons) || "
+                           "self.match.reasons.all(x, x in ['Error', 'OOMKilled'])",
+                   "message": "RestartInPlace: only Error and OOMKilled are restarted in "
+                              "place"}]
     if framework.replicas_restart_together:
         item_rules.append({
             "rule": "self.action in ['RestartJob', 'FailJob', 'Ignore']",
@@ -308,7 +312,16 @@ def failure_policy_rules(spec: dict[str, Any], framework: Framework) -> list[dic
         {"rule": "self.all(r, !has(r.whenSpent) || self.exists(q, q.name == r.whenSpent))",
          "message": "whenSpent must name a rule of the failurePolicy"}]
     field = framework.replica_specs_field
+    in_place = "(has(s.restartPolicy) && s.restartPolicy in ['OnFailure', 'Always'])"
     return [{
+        "rule": f"!has(self.runPolicy) || !has(self.runPolicy.failurePolicy) || "
+                f"self.runPolicy.failurePolicy.all(r, r.action != 'RestartInPlace' || "
+                f"(has(r.match.replicaTypes) ? r.match.replicaTypes.all(t, !(t in "
+                f"self.{field}) || [self.{field}[t]].all(s, {in_place})) : "
+                f"self.{field}.all(k, [self.{field}[k]].all(s, {in_place}))))",
+        "message": "failurePolicy: RestartInPlace needs restartPolicy OnFailure or Always on "
+                   "every replica type it matches (only the kubelet restarts a process in "
+                   "place)"}, {
         "rule": f"!has(self.runPolicy) || !has(self.runPolicy.failurePolicy) || "
                 f"self.runPolicy.failurePolicy.all(r, !has(r.match.replicaTypes) || "
                 f"r.match.replicaTypes.all(t, t in self.{field}))",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,6 +119,29 @@ def test_submit_wait_of_a_failing_job_exits_1_with_the_reason(
     assert "failed with exit code 3" in done.stdout, done.stdout
     waited = cli(ns, "wait", "bad", "--for", "Succeeded")
     assert waited.returncode == 1 and "bad Failed" in waited.stderr, waited
+
+
+def test_status_shows_the_failure_rules_decisions(ns: Namespace, tmp_path: Path) -> None:
+    """Issue 39: the Worker exiting 3 meets rule crash (RecreatePod, a budget of 1); its next
+    exit 3 finds the budget spent and the job fails; `trainjobs status` shows both decisions,
+    one line each, then the rule's budget."""
+    manifest = job("MxJob", "rules", {
+        "Scheduler": replica("MxJob"),
+        "Server": replica("MxJob"),
+        "Worker": replica("MxJob", 1, exit_code=3, run="2s"),
+    }, runPolicy={"failurePolicy": [{"name": "crash", "match": {"exitCodes": {"values": [3]}},
+                                     "action": "RecreatePod", "budget": {"count": 1}}]})
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    done = cli(ns, "submit", str(path), "--wait", "--timeout", "90")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    status = cli(ns, "status", "rules").stdout
+    section = status.split("failures:\n", 1)[1].split("replicas:", 1)[0].splitlines()
+    when = r"  (\d\d-\d\d )?\d\d:\d\d:\d\d rules-worker-0 exit 3 \(Error\): rule crash"
+    assert len(section) == 3, status
+    assert re.fullmatch(f"{when} -> RecreatePod, 0 left", section[0]), status
+    assert re.fullmatch(f"{when} -> FailJob, 0 left", section[1]), status
+    assert section[2] == "  crash: 1 of 1 used, spent: the job fails", status
 
 
 def test_ctrl_c_during_wait_leaves_the_job_running(ns: Namespace, tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ class FailureReason(StrEnum):
 class FailureAction(StrEnum):
     """What a rule does with the failure it matched."""
 
+    RESTART_IN_PLACE = "RestartInPlace"  # the kubelet restarts the process (OnFailure pods)
     RECREATE_POD = "RecreatePod"  # that replica's pod is created again
     RESTART_REPLICA_TYPE = "RestartReplicaType"  # every pod of its replica type, again
     RESTART_JOB = "RestartJob"  # every replica, again (a new attempt)

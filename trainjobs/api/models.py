@@ -467,6 +467,9 @@ class JobStatus(StatusModel):
         default=None, max_length=MAX_FAILURE_RECORDS,
         description=f"The newest {MAX_FAILURE_RECORDS} failures and what was decided (rule, "
                     "action, budget left).")
+    restarts_seen: dict[str, int] | None = Field(
+        default=None, description="With a failurePolicy: per pod uid, the in-place restarts "
+                                  "(restartCount) its rules have judged.")
     failure_rule_uses: dict[str, list[datetime]] | None = Field(
         default=None, description="When each failurePolicy rule acted (its newest uses, as "
                                   "many as its budget): what its budget counts.")

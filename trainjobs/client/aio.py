@@ -20,7 +20,6 @@ from typing import Any
 
 from trainjobs.api.models import (
     MANAGED_BY_OPERATOR,
-    CheckpointRequestStatus,
     Job,
     JobSpec,
     JobStatus,
@@ -28,11 +27,10 @@ from trainjobs.api.models import (
 )
 from trainjobs.client.checkpoint import (
     ANSWER_GRACE_SECONDS,
-    answered,
-    declined,
     managed_elsewhere,
     refusal,
     request_value,
+    wait_for_answer,
 )
 from trainjobs.client.errors import (
     AmbiguousJob,
@@ -47,7 +45,7 @@ from trainjobs.client.errors import (
 )
 from trainjobs.client.views import JobEvent, PodInfo, replica_names
 from trainjobs.core.render import LABEL_JOB_NAME
-from trainjobs.core.status import FINISHED_STATES, is_finished
+from trainjobs.core.status import FINISHED_STATES
 from trainjobs.core.validation import parse_job, split_jobs
 from trainjobs.errors import SpecInvalid
 from trainjobs.kube import (
@@ -295,41 +293,7 @@ class AsyncClient:
         timeout = (float(wait) if not isinstance(wait, bool) else
                    float(job.spec.run_policy.checkpoint_timeout_seconds or 0)
                    + ANSWER_GRACE_SECONDS)
-        return await self._answer(written, value, before, timeout)
-
-    async def _answer(self, job: Job, value: str, before: CheckpointRequestStatus | None,
-                      timeout: float) -> Job:
-        """The job once the operator has answered the checkpoint request `value`."""
-        last = [job]
-
-        async def run() -> Job:
-            async for seen in self.watch(job.name, job.kind, job.namespace):
-                last[0] = seen
-                if answered(seen, value, before):
-                    return seen
-                if declined(seen, value, before):
-                    raise CheckpointRefused(f"{job.kind} {job.name}: the operator asked no "
-                                            "replica (its checkpointing replica is not "
-                                            "running or does not report progress; the job's "
-                                            "CheckpointNotAsked Event says which)")
-                if is_finished(seen.status):
-                    raise NeverReached(f"{job.kind} {job.name} {seen.status.state} before its "
-                                       f"checkpoint request was answered", seen)
-            raise JobNotFound(f"{job.name} was deleted while waiting for its checkpoint")
-
-        try:
-            return await asyncio.wait_for(run(), timeout)
-        except TimeoutError:
-            seen = last[0]
-            request = seen.status.checkpoint_request
-            if seen.status.observed_checkpoint_request != value:
-                state = "the operator has not taken the request up"
-            elif request is None:
-                state = "no request recorded"
-            else:
-                state = f"request {request.id} ({request.reason}) {request.outcome}"
-            raise WaitTimeout(f"no answer to the checkpoint request of {job.kind} {job.name} "
-                              f"after {timeout:g}s: {state}", seen) from None
+        return await wait_for_answer(self, written, value, before, timeout)
 
     async def _gone(self, job: Job) -> None:
         with contextlib.suppress(JobNotFound):

@@ -9,7 +9,9 @@ the status; deciding each from a `Job` and a time is unit-tested without a clust
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from trainjobs.api.models import (
     MANAGED_BY_OPERATOR,
@@ -17,12 +19,25 @@ from trainjobs.api.models import (
     CheckpointRequestStatus,
     Job,
 )
+from trainjobs.client.errors import CheckpointRefused, JobNotFound, NeverReached, WaitTimeout
 from trainjobs.core.status import is_finished
 from trainjobs.labels import ANNOTATION_CHECKPOINT_REQUEST
 from trainjobs.local.output import format_duration
 
-__all__ = ["ANSWER_GRACE_SECONDS", "answered", "checkpoint_lines", "declined", "managed_elsewhere",
-           "outcome_line", "refusal", "request_value"]
+if TYPE_CHECKING:
+    from trainjobs.client.aio import AsyncClient
+
+__all__ = [
+    "ANSWER_GRACE_SECONDS",
+    "answered",
+    "checkpoint_lines",
+    "declined",
+    "managed_elsewhere",
+    "outcome_line",
+    "refusal",
+    "request_value",
+    "wait_for_answer",
+]
 
 #: `wait=True` waits checkpointTimeoutSeconds plus this: the operator ends every request by
 #: its deadline (TimedOut at worst), then needs a reconcile to write that down.
@@ -126,3 +141,38 @@ def checkpoint_lines(job: Job, now: datetime) -> list[str]:
         lines.append(f"asked at {asked} ({ANNOTATION_CHECKPOINT_REQUEST}); "
                      "not taken up by the operator yet")
     return lines
+
+
+async def wait_for_answer(client: AsyncClient, job: Job, value: str,
+                          before: CheckpointRequestStatus | None, timeout: float) -> Job:
+    """The job once the operator has answered the checkpoint request `value`."""
+    last = [job]
+
+    async def run() -> Job:
+        async for seen in client.watch(job.name, job.kind, job.namespace):
+            last[0] = seen
+            if answered(seen, value, before):
+                return seen
+            if declined(seen, value, before):
+                raise CheckpointRefused(f"{job.kind} {job.name}: the operator asked no "
+                                        "replica (its checkpointing replica is not "
+                                        "running or does not report progress; the job's "
+                                        "CheckpointNotAsked Event says which)")
+            if is_finished(seen.status):
+                raise NeverReached(f"{job.kind} {job.name} {seen.status.state} before its "
+                                   f"checkpoint request was answered", seen)
+        raise JobNotFound(f"{job.name} was deleted while waiting for its checkpoint")
+
+    try:
+        return await asyncio.wait_for(run(), timeout)
+    except TimeoutError:
+        seen = last[0]
+        request = seen.status.checkpoint_request
+        if seen.status.observed_checkpoint_request != value:
+            state = "the operator has not taken the request up"
+        elif request is None:
+            state = "no request recorded"
+        else:
+            state = f"request {request.id} ({request.reason}) {request.outcome}"
+        raise WaitTimeout(f"no answer to the checkpoint request of {job.kind} {job.name} "
+                          f"after {timeout:g}s: {state}", seen) from None

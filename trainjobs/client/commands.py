@@ -31,6 +31,7 @@ from trainjobs.client.errors import (
     NeverReached,
     WaitTimeout,
 )
+from trainjobs.client.failure_text import failure_lines
 from trainjobs.client.follow import Display, follow
 from trainjobs.client.progress_text import progress_cells, progress_lines
 from trainjobs.client.views import progress
@@ -132,6 +133,11 @@ async def _status(client: AsyncClient, args: argparse.Namespace) -> int:
     lines = checkpoint_lines(job, datetime.now(UTC))
     if lines:
         print("checkpoint:")
+        for line in lines:
+            print(f"  {line}")
+    lines = failure_lines(job, datetime.now(UTC))
+    if lines:
+        print("failures:")
         for line in lines:
             print(f"  {line}")
     print("replicas:")

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from trainjobs.api.failure_policy import FailureAction, FailureReason, FailureRule
 from trainjobs.core.observed import ObservedPod, loss_reason
 
-__all__ = ["Failure", "RuleDecision", "classify", "decide", "describe_budget",
-           "disruption_reason", "policy_errors"]
+__all__ = ["IN_PLACE_REASONS", "Failure", "RuleDecision", "classify", "decide",
+           "describe_budget", "disruption_reason", "policy_errors"]
 
 #: The disruption and status reasons the platform gives, by the reason a rule matches.
 _PREEMPTED = frozenset({"PreemptionByScheduler", "Preempting", "Preempted"})
@@ -144,10 +144,17 @@ _TOGETHER_ACTIONS = frozenset({FailureAction.RESTART_JOB, FailureAction.FAIL_JOB
                                FailureAction.IGNORE})
 
 
+#: What the kubelet restarts in place: a process that exited, whatever the code.
+IN_PLACE_REASONS = frozenset({FailureReason.ERROR, FailureReason.OOM_KILLED})
+
+
 def policy_errors(rules: Sequence[FailureRule], replica_types: Sequence[str],
-                  restart_together: bool, kind: str) -> list[tuple[str, str]]:
-    """Why `rules` cannot mean anything for a job of `kind` with `replica_types`, as (field
-    path under spec.runPolicy.failurePolicy, message); empty when it is sound."""
+                  restart_together: bool, kind: str,
+                  in_place_types: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """Why `rules` cannot mean anything for a job of `kind` with `replica_types` (those in
+    `in_place_types` have pods the kubelet restarts in place: restartPolicy OnFailure or
+    Always), as (field path under spec.runPolicy.failurePolicy, message); empty when it is
+    sound."""
     errors: list[tuple[str, str]] = []
     names: dict[str, int] = {}
     for i, rule in enumerate(rules):
@@ -173,12 +180,33 @@ def policy_errors(rules: Sequence[FailureRule], replica_types: Sequence[str],
             errors.append((f"{at}.action", f"{kind}'s replicas restart together: "
                                            f"{rule.action.value} is not possible (RestartJob, "
                                            "FailJob or Ignore)"))
+        if rule.action is FailureAction.RESTART_IN_PLACE:
+            errors += _in_place_errors(at, rule, replica_types, in_place_types)
         if rule.when_spent is not None and rule.budget is None:
             errors.append((f"{at}.whenSpent", "only a rule with a budget is ever spent"))
     for i, rule in enumerate(rules):
         if rule.when_spent is not None and rule.when_spent not in names:
             errors.append((f"[{i}].whenSpent", f"no rule named {rule.when_spent!r}"))
     errors.extend(_cycles(rules))
+    return errors
+
+
+def _in_place_errors(at: str, rule: FailureRule, replica_types: Sequence[str],
+                     in_place_types: Sequence[str]) -> list[tuple[str, str]]:
+    """RestartInPlace is the kubelet's: only for replica types it restarts in place, and only
+    for what it restarts (a process that exited)."""
+    errors = []
+    types = rule.match.replica_types or list(replica_types)
+    never = [t for t in types if t in replica_types and t not in in_place_types]
+    if never:
+        errors.append((f"{at}.action", f"RestartInPlace needs restartPolicy OnFailure or "
+                                       f"Always on {', '.join(never)} (only the kubelet "
+                                       f"restarts a process in place); add match.replicaTypes "
+                                       f"or change their restartPolicy"))
+    other = sorted(r.value for r in rule.match.reasons or () if r not in IN_PLACE_REASONS)
+    if other:
+        errors.append((f"{at}.match.reasons", f"RestartInPlace: {', '.join(other)} is never "
+                                              "restarted in place (only Error, OOMKilled)"))
     return errors
 
 

@@ -304,9 +304,11 @@ def _check_failure_policy(job: Job, framework: Framework) -> list[SpecError]:
     rules = getattr(job.spec.run_policy, "failure_policy", None)
     if not rules:
         return []
+    in_place = [key for key, rspec in job.spec.replica_specs.items()
+                if pod_restart_policy(rspec.restart_policy, framework) != "Never"]
     return [SpecError(f"spec.runPolicy.failurePolicy{path}", message) for path, message in
             policy_errors(rules, list(job.spec.replica_specs),
-                          framework.replicas_restart_together, framework.kind)]
+                          framework.replicas_restart_together, framework.kind, in_place)]
 
 
 def _parse_spec(raw: Any, framework: Framework, errors: list[SpecError]) -> JobSpec | None:

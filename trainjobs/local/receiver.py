@@ -11,7 +11,6 @@ checkpointing replica's reports carries it; a report acknowledging it ends it.
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Callable
 
@@ -23,19 +22,15 @@ from trainjobs.core.progress import (
     ProgressBoard,
     ProgressEndpoint,
     ReportRefused,
-    parse_report,
 )
 from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
+from trainjobs.progress_wire import read_report, reply
 
 __all__ = ["LOCAL_INTERVAL", "PATH", "ProgressReceiver"]
 
 PATH = "/v1/progress"
 # Locally the display is the only reader: one report a second per process is plenty.
 LOCAL_INTERVAL = 1.0
-
-
-def _reply(status: int, body: dict[str, object]) -> web.Response:
-    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
 
 
 class ProgressReceiver:
@@ -77,23 +72,13 @@ class ProgressReceiver:
 
     async def handle(self, request: web.Request) -> web.Response:
         try:
-            if request.content_type != "application/json":
-                raise ReportRefused(415, f"Content-Type must be application/json, got "
-                                         f"{request.content_type or 'none'}")
-            if (request.content_length or 0) > MAX_BODY_BYTES:
-                raise ReportRefused(413, f"body of {request.content_length} bytes, at most "
-                                         f"{MAX_BODY_BYTES}")
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                raise ReportRefused(413, f"body over {MAX_BODY_BYTES} bytes") from None
-            report = parse_report(body)
+            report = await read_report(request)
             self.board.check_job(report)
             self.desk.check(report)  # before anything changes: a refusal changes nothing
             self.board.apply(report, self.clock.monotonic())
         except ReportRefused as refused:
             self.refused += 1
-            return _reply(refused.status, {"accepted": False, "error": refused.message})
+            return reply(refused.status, {"accepted": False, "error": refused.message})
         saved = self.desk.accept(report, self.clock.now())
         self.on_report()
         if saved is not None and self.on_checkpoint is not None:
@@ -102,4 +87,4 @@ class ProgressReceiver:
         ask = self.desk.ask_for(report)
         if ask is not None:
             answer["checkpoint"] = ask
-        return _reply(200, answer)
+        return reply(200, answer)

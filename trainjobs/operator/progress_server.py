@@ -20,15 +20,13 @@ logged at warning, at most once per reason per 10 s.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import ssl
 from collections.abc import Mapping
 
 from aiohttp import web
 
-from trainjobs.core.progress import MAX_BODY_BYTES, ProgressReport, ReportRefused, parse_report
+from trainjobs.core.progress import MAX_BODY_BYTES, ProgressReport, ReportRefused
 from trainjobs.kube import ApiError
 from trainjobs.operator.cache import job_key
 from trainjobs.operator.clock import SYSTEM_CLOCK, Clock
@@ -36,6 +34,7 @@ from trainjobs.operator.metrics import PROGRESS_REPORTS
 from trainjobs.operator.progress_limits import FloodLimit, RefusalLog
 from trainjobs.operator.progress_store import ProgressStore
 from trainjobs.operator.token_review import Forbidden, Identifier, PodIdentity, Unauthenticated
+from trainjobs.progress_wire import read_report, reply
 
 __all__ = ["PATH", "ProgressServer", "tls_context"]
 
@@ -62,13 +61,6 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_file, key_file)
     return context
-
-
-def _reply(status: int, body: dict[str, object], retry_after: float | None = None
-           ) -> web.Response:
-    headers = {} if retry_after is None else {"Retry-After": str(max(1, math.ceil(retry_after)))}
-    return web.Response(status=status, text=json.dumps(body), content_type="application/json",
-                        headers=headers)
 
 
 class ProgressServer:
@@ -119,13 +111,13 @@ class ProgressServer:
         except _Refusal as refusal:
             PROGRESS_REPORTS.labels(result=refusal.result).inc()
             self.refusals.refused(refusal.result, refusal.status, refusal.message)
-            return _reply(refusal.status, {"accepted": False, "error": refusal.message},
+            return reply(refusal.status, {"accepted": False, "error": refusal.message},
                           refusal.retry_after)
         PROGRESS_REPORTS.labels(result="accepted").inc()
         answer: dict[str, object] = {"accepted": True, "interval": self.interval}
         if ask is not None:
             answer["checkpoint"] = ask
-        return _reply(200, answer)
+        return reply(200, answer)
 
     async def _admit(self, request: web.Request) -> tuple[ProgressReport, str]:
         """The report and its job's key, or the first `_Refusal` in the order above."""
@@ -158,17 +150,7 @@ class ProgressServer:
 
     async def _parse(self, request: web.Request) -> ProgressReport:
         try:
-            if request.content_type != "application/json":
-                raise ReportRefused(415, f"Content-Type must be application/json, got "
-                                         f"{request.content_type or 'none'}")
-            if (request.content_length or 0) > MAX_BODY_BYTES:
-                raise ReportRefused(413, f"body of {request.content_length} bytes, at most "
-                                         f"{MAX_BODY_BYTES}")
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                raise ReportRefused(413, f"body over {MAX_BODY_BYTES} bytes") from None
-            return parse_report(body)
+            return await read_report(request)
         except ReportRefused as refused:
             raise _Refusal(refused.status, RESULT_OF_STATUS.get(refused.status, "invalid"),
                            refused.message) from None

@@ -14,9 +14,9 @@ that evicts the job idle longest (its next report starts it again). The controll
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from trainjobs.core.checkpoint import CheckpointDesk, CheckpointRequest, SavedCheckpoint
 from trainjobs.core.progress import JobProgress, ProgressBoard, ProgressReport, ReportRefused
@@ -36,6 +36,8 @@ class StoredProgress:
     view: JobProgress
     last_report: datetime
     last_progress: datetime
+    # When each replica (pod name) last reported: what the stall rule names the quietest by.
+    last_reports: Mapping[str, datetime] = field(default_factory=dict)
 
 
 @dataclass
@@ -145,8 +147,13 @@ class ProgressStore:
         if entry is None:
             return None
         view = entry.board.view()
-        assert view is not None  # an entry exists only after an accepted report
-        return StoredProgress(view, entry.last_report, entry.last_progress)
+        if view is None:  # (an entry exists only after an accepted report)
+            return None
+        replicas = entry.board.replicas
+        newest = max(r.at for r in replicas.values())
+        reports = {name: entry.last_report - timedelta(seconds=newest - r.at)
+                   for name, r in replicas.items()}
+        return StoredProgress(view, entry.last_report, entry.last_progress, reports)
 
     def forget(self, uid: str) -> None:
         """Drop a job's reports (it was deleted, or replaced by a new job of its name)."""

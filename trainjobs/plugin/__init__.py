@@ -42,7 +42,7 @@ from trainjobs.plugin.types import (
     ReplicaType,
 )
 
-PLUGIN_API_VERSION = "1.16"
+PLUGIN_API_VERSION = "1.17"
 
 __all__ = [
     "PLUGIN_API_VERSION",

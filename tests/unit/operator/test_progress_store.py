@@ -137,3 +137,15 @@ def test_an_answer_with_no_request_is_refused_and_deactivate_forgets_requests() 
     store.deactivate()
     store.activate(lambda key, done: None)
     assert store.apply(report(1), "MxJob/ns/mnist") is None  # a new leader asks again itself
+
+
+def test_the_snapshot_says_when_each_replica_last_reported() -> None:
+    clock = FakeClock()
+    store, _ = active_store(clock)
+    store.apply(report(1, replica="mnist-worker-1"), "MxJob/ns/mnist")
+    first = clock.now()
+    clock.advance(40)
+    store.apply(report(5), "MxJob/ns/mnist")
+    stored = store.snapshot("u1")
+    assert stored is not None
+    assert stored.last_reports == {"mnist-worker-1": first, "mnist-worker-0": clock.now()}

@@ -11,6 +11,8 @@ rules' (the replica's restartPolicy) — is written the same way (`_record`: the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 from trainjobs.api.failure_policy import FailureAction, FailureReason
@@ -26,6 +28,9 @@ from .state import _delete_pod, _requeue, _State
 
 #: Actions that start every replica of the rule's scope again.
 RESTARTS = frozenset({FailureAction.RESTART_JOB, FailureAction.RESTART_REPLICA_TYPE})
+#: What leaves a process the kubelet restarted in place as it is (it counts toward
+#: backoffLimit as every in-place restart does).
+IN_PLACE = frozenset({FailureAction.RESTART_IN_PLACE, FailureAction.IGNORE})
 
 
 def _rule_for(state: _State, replica_type: str, pod: ObservedPod,
@@ -54,6 +59,37 @@ def _rule_for(state: _State, replica_type: str, pod: ObservedPod,
                     decision.action, decision.budget_left, decision.escalated_from)
     state.decisions[pod.uid] = decision
     return decision
+
+
+def _in_place(state: _State, replica_type: str, pod: ObservedPod) -> RuleDecision | None:
+    """The kubelet restarted `pod`'s process in place (restartPolicy OnFailure/Always) since
+    the rules last looked: what they decide about it, judged by its last exit (None: no rule
+    matches, or nothing new: it counts toward backoffLimit as every in-place restart does).
+    Each restart is judged once (`status.restartsSeen`, by pod uid)."""
+    rules = state.job.spec.run_policy.failure_policy
+    seen = state.status.restarts_seen or {}
+    if not rules or pod.restarts <= seen.get(pod.uid, 0):
+        return None
+    state.status.restarts_seen = {**seen, pod.uid: pod.restarts}
+    reason = FailureReason.OOM_KILLED if pod.last_reason == "OOMKilled" else \
+        FailureReason.ERROR
+    failure = Failure(pod.name, pod.uid, replica_type, reason, pod.last_exit_code)
+    decision = decide(rules, failure, state.status.failure_rule_uses or {},
+                      whole_seconds(state.now))
+    if decision is not None:
+        state.status.failure_rule_uses = {k: list(v) for k, v in decision.uses.items()
+                                          if v} or None
+        _record(state, replace(pod, exit_code=pod.last_exit_code), replica_type, reason,
+                decision.rule, decision.action, decision.budget_left, decision.escalated_from)
+    return decision
+
+
+def _prune_seen(state: _State, pods: Sequence[ObservedPod]) -> None:
+    """Forget the judged restarts of pods that are gone."""
+    seen = state.status.restarts_seen
+    if seen:
+        alive = {p.uid for p in pods}
+        state.status.restarts_seen = {u: n for u, n in seen.items() if u in alive} or None
 
 
 def _decided_before(state: _State, pod: ObservedPod) -> RuleDecision | None:

@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trainjobs.api.failure_policy import FailureAction
+from trainjobs.api.failure_policy import FailureAction, FailureReason
 from trainjobs.api.models import ConditionType, Job, JobStatus, RestartPolicy
 from trainjobs.core.admission import Admission, PodSetConflict, merge_into_pod
 from trainjobs.core.deletions import DeleteReason
@@ -24,10 +24,13 @@ from .counts import _created_reason, _lost, _replica_statuses, _restarts, _summa
 from .inputs import Event, PlanInputs, PlannerSettings, retryable
 from .losses import _lost_by_rule
 from .rules import (
+    IN_PLACE,
     RESTARTS,
     _failure_words,
     _hold_in_mark_second,
+    _in_place,
     _marked,
+    _prune_seen,
     _record,
     _restart_marked,
     _restart_scope,
@@ -156,6 +159,7 @@ def _run(
         else:
             _requeue(state.plan, (ends - now).total_seconds())
 
+    _prune_seen(state, pods)
     state.status.counted_failures = sorted(state.counting | state.lost_uids)
     done = state.failure is None and succeeded(outcomes)
     finished = state.failure is not None or done
@@ -307,13 +311,22 @@ def _outcome(
     if pod.phase is PodPhase.FAILED:
         started.discard(replica.index)
         return _failed(state, replica, pod, policy)
+    restarted = _in_place(state, replica.type, pod) if pod.restarts else None
+    if restarted is not None and restarted.action not in IN_PLACE:
+        return _obey(state, replica, pod, restarted, f"replica {replica.type} {replica.index} "
+                     f"(pod {pod.name}) restarted in place after exit code "
+                     f"{pod.last_exit_code}" + (f" ({pod.last_reason})" if pod.last_reason
+                                                else ""))
     if pod.phase is PodPhase.RUNNING:
         started.add(replica.index)
     if pod.waiting_reason in UNRUNNABLE_REASONS and pod.created is not None and \
             state.now - pod.created >= settings.unrunnable_grace:
-        state.failure = (pod.waiting_reason, f"replica {replica.type} {replica.index} (pod "
-                         f"{pod.name}) cannot start: {pod.waiting_reason}"
-                         + (f": {pod.message}" if pod.message else ""))
+        what = (f"replica {replica.type} {replica.index} (pod {pod.name}) cannot start: "
+                f"{pod.waiting_reason}" + (f": {pod.message}" if pod.message else ""))
+        decision = _rule_for(state, replica.type, pod, FailureReason.IMAGE_PULL_FAILED)
+        if decision is not None:
+            return _obey(state, replica, pod, decision, what)
+        state.failure = (pod.waiting_reason, what)
     elif pod.waiting_reason in UNRUNNABLE_REASONS and pod.created is not None:
         remaining = settings.unrunnable_grace - (state.now - pod.created)
         _requeue(state.plan, remaining.total_seconds())

@@ -50,6 +50,7 @@ class _Status:
     # Failure rules (rules.py): the newest decisions and each rule's uses.
     failures: list[FailureRecord] | None = None
     failure_rule_uses: dict[str, list[datetime]] | None = None
+    restarts_seen: dict[str, int] | None = None
 
     @classmethod
     def of(cls, status: JobStatus) -> _Status:
@@ -65,7 +66,8 @@ class _Status:
                    observed_checkpoint_request=status.observed_checkpoint_request,
                    failures=list(status.failures) if status.failures else None,
                    failure_rule_uses=dict(status.failure_rule_uses)
-                   if status.failure_rule_uses else None)
+                   if status.failure_rule_uses else None,
+                   restarts_seen=dict(status.restarts_seen) if status.restarts_seen else None)
 
     def built(self, old: JobStatus, generation: int | None) -> JobStatus:
         """The status to report: `old` itself when nothing changed (the backend writes
@@ -79,7 +81,8 @@ class _Status:
                         last_checkpoint=self.last_checkpoint,
                         checkpoint_request=self.checkpoint_request,
                         observed_checkpoint_request=self.observed_checkpoint_request,
-                        failures=self.failures, failure_rule_uses=self.failure_rule_uses)
+                        failures=self.failures, failure_rule_uses=self.failure_rule_uses,
+                        restarts_seen=self.restarts_seen)
         return old if new == old else new
 
 

@@ -88,8 +88,7 @@ class ProgressGate:
         if stored is not None:
             board = stored.view
             return ProgressSeen(last_progress=stored.last_progress, step=board.step,
-                                replica=board.replica,
-                                last_reports={board.replica: stored.last_report})
+                                replica=board.replica, last_reports=stored.last_reports)
         if kept is None or kept.last_progress_time is None:
             return None
         return ProgressSeen(last_progress=kept.last_progress_time, step=kept.step,
@@ -102,10 +101,10 @@ class ProgressGate:
         if stored is None:
             return status
         progress = progress_status(stored.view, stored.last_report, stored.last_progress)
-        namespace, name = key.split("/", 2)[1:]
-        metrics.PROGRESS.observe(namespace, name, key.split("/", 1)[0], progress)
         if progress == status.progress:
             return status
+        namespace, name = key.split("/", 2)[1:]  # the gauges move only with the status
+        metrics.PROGRESS.observe(namespace, name, key.split("/", 1)[0], progress)
         return status.model_copy(update={"progress": progress})
 
     async def job_gone(self, key: str) -> Result:

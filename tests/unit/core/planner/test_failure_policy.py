@@ -10,6 +10,7 @@ from typing import Any
 from tests.unit.planner_helpers import World, c2_doc, mx_doc, running_world, tf_doc
 from trainjobs.api.models import ConditionType
 from trainjobs.core.deletions import DeleteReason
+from trainjobs.core.observed import PodPhase
 from trainjobs.core.planner import ProgressSeen
 
 MX_PODS = ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"]
@@ -145,6 +146,59 @@ def test_a_stall_can_restart_one_replica_type_by_rule() -> None:
     deleted = {n for p in w.history[-2:] for n in p.delete_pods}
     assert deleted == {"mx-worker-0", "mx-worker-1"}  # the Workers; not the others
     assert records(w)[-1][1:3] == ("stuck", "RestartReplicaType")
+
+
+def test_an_image_that_cannot_be_pulled_is_retried_by_rule_instead_of_failing() -> None:
+    w = running_world(mx_doc(workers=2, failurePolicy=[
+        rule("registry", "RecreatePod", match={"reasons": ["ImagePullFailed"]},
+             budget={"count": 1})]))
+    w.set("mx-worker-1", phase=PodPhase.PENDING, waiting_reason="ImagePullBackOff")
+    w.advance(121)
+    decision = w.step()
+    assert decision.delete_pods == ["mx-worker-1"] and w.state != "Failed"
+    assert records(w)[-1][1:3] == ("registry", "RecreatePod")
+    w.settle()
+    w.set("mx-worker-1", phase=PodPhase.PENDING, waiting_reason="ImagePullBackOff")
+    w.advance(121)
+    w.step()
+    assert w.state == "Failed" and "rule registry: its budget (1) is spent" in \
+        w.condition(ConditionType.FAILED).message
+
+
+def test_restarts_in_place_are_judged_once_each_then_escalate() -> None:
+    w = running_world(mx_doc(workers=2, restart="OnFailure", failurePolicy=[
+        rule("fatal", "FailJob", match={"exitCodes": {"values": [1]}}),
+        rule("crashloop", "RestartInPlace", budget={"count": 2}, whenSpent="fresh-pod"),
+        rule("fresh-pod", "RecreatePod", match={"reasons": ["Stalled"]})]))
+    uid = w.pods["mx-worker-1"].uid
+    for restarts, left in ((1, 1), (2, 0)):
+        w.set("mx-worker-1", restarts=restarts, last_exit_code=3, last_reason="Error")
+        decision = w.step()
+        assert decision.delete_pods == [] and records(w)[-1] == \
+            ("mx-worker-1", "crashloop", "RestartInPlace", left)
+        assert w.status.restarts_seen == {uid: restarts}
+        assert w.step().events == []  # judged once
+    w.set("mx-worker-1", restarts=3, last_exit_code=3, last_reason="Error")
+    decision = w.step()
+    assert decision.delete_pods == ["mx-worker-1"]  # crashloop spent: a fresh pod
+    assert w.status.failures[-1].escalated_from == ["crashloop"]  # type: ignore[index]
+    assert w.restarts()["Worker"] == 4  # three in place and one recreation
+    w.settle()
+    assert w.status.restarts_seen is None  # the old pod's judged restarts are forgotten
+    w.set("mx-worker-0", restarts=1, last_exit_code=1, last_reason="Error")
+    w.step()
+    assert w.state == "Failed" and "rule fatal: FailJob" in \
+        w.condition(ConditionType.FAILED).message
+
+
+def test_restart_in_place_is_refused_where_the_kubelet_does_not_restart() -> None:
+    from tests.unit.helpers import errors_of
+    errors = errors_of(mx_doc(workers=2, failurePolicy=[
+        rule("loop", "RestartInPlace", match={"reasons": ["Preempted"]})]))
+    assert "RestartInPlace needs restartPolicy OnFailure or Always on Scheduler, Server, " \
+           "Worker" in errors["spec.runPolicy.failurePolicy[0].action"]
+    assert "Preempted is never restarted in place" in \
+        errors["spec.runPolicy.failurePolicy[0].match.reasons"]
 
 
 def test_a_restart_within_the_second_its_pods_were_created_recreates_them_once() -> None:
