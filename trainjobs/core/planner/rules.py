@@ -18,7 +18,13 @@ from datetime import timedelta
 from trainjobs.api.failure_policy import FailureAction, FailureReason
 from trainjobs.api.models import MAX_FAILURE_RECORDS, FailureRecord
 from trainjobs.core.deletions import DeleteReason
-from trainjobs.core.failure_rules import Failure, RuleDecision, classify, decide
+from trainjobs.core.failure_rules import (
+    Failure,
+    RuleDecision,
+    classify,
+    decide,
+    describe_budget,
+)
 from trainjobs.core.observed import ObservedPod, PodPhase
 from trainjobs.core.status import whole_seconds
 from trainjobs.labels import LABEL_REPLICA_TYPE
@@ -48,16 +54,24 @@ def _rule_for(state: _State, replica_type: str, pod: ObservedPod,
     if pod.uid in state.counted:
         decision = _decided_before(state, pod)
     else:
-        failure = Failure(pod.name, pod.uid, replica_type, reason or classify(pod),
-                          pod.exit_code)
-        uses = state.status.failure_rule_uses or {}
-        decision = decide(rules, failure, uses, whole_seconds(state.now))
-        if decision is not None:
-            state.status.failure_rule_uses = {k: list(v) for k, v in decision.uses.items()
-                                              if v} or None
-            _record(state, pod, replica_type, failure.reason, decision.rule,
-                    decision.action, decision.budget_left, decision.escalated_from)
+        decision = _decide(state, pod, replica_type, reason or classify(pod))
     state.decisions[pod.uid] = decision
+    return decision
+
+
+def _decide(state: _State, pod: ObservedPod, replica_type: str,
+            reason: FailureReason) -> RuleDecision | None:
+    """Ask the rules about `pod`'s failure; a decision is kept in the status with its rule's
+    use (`failureRuleUses`) and recorded (`_record`)."""
+    rules = state.job.spec.run_policy.failure_policy or []
+    failure = Failure(pod.name, pod.uid, replica_type, reason, pod.exit_code)
+    decision = decide(rules, failure, state.status.failure_rule_uses or {},
+                      whole_seconds(state.now))
+    if decision is not None:
+        state.status.failure_rule_uses = {k: list(v) for k, v in decision.uses.items()
+                                          if v} or None
+        _record(state, pod, replica_type, reason, decision.rule, decision.action,
+                decision.budget_left, decision.escalated_from)
     return decision
 
 
@@ -73,15 +87,7 @@ def _in_place(state: _State, replica_type: str, pod: ObservedPod) -> RuleDecisio
     state.status.restarts_seen = {**seen, pod.uid: pod.restarts}
     reason = FailureReason.OOM_KILLED if pod.last_reason == "OOMKilled" else \
         FailureReason.ERROR
-    failure = Failure(pod.name, pod.uid, replica_type, reason, pod.last_exit_code)
-    decision = decide(rules, failure, state.status.failure_rule_uses or {},
-                      whole_seconds(state.now))
-    if decision is not None:
-        state.status.failure_rule_uses = {k: list(v) for k, v in decision.uses.items()
-                                          if v} or None
-        _record(state, replace(pod, exit_code=pod.last_exit_code), replica_type, reason,
-                decision.rule, decision.action, decision.budget_left, decision.escalated_from)
-    return decision
+    return _decide(state, replace(pod, exit_code=pod.last_exit_code), replica_type, reason)
 
 
 def _prune_seen(state: _State, pods: Sequence[ObservedPod]) -> None:
@@ -163,17 +169,14 @@ def _hold_in_mark_second(state: _State) -> None:
 def _restart_marked(state: _State, replica_type: str, index: int, pod: ObservedPod) -> None:
     state.started[replica_type].discard(index)
     state.restarting = True
-    _delete_pod(state, pod, DeleteReason.NEW_ATTEMPT, "a failure rule restarts "
-                f"{replica_type}" if len(state.restart_marks) == 1 else "a failure rule "
-                "restarts the job")
+    _delete_pod(state, pod, DeleteReason.NEW_ATTEMPT,
+                f"a failure rule restarts the job's {replica_type} replicas")
 
 
 def _failure_words(state: _State, decision: RuleDecision) -> str:
     rules = state.job.spec.run_policy.failure_policy or []
     rule = next((r for r in rules if r.name == decision.rule), None)
     if decision.spent and rule is not None and rule.budget is not None:
-        return (f"failurePolicy rule {rule.name}: its budget ({rule.budget.count}"
-                + (f" in {rule.budget.window_seconds}s" if rule.budget.window_seconds else "")
-                + ") is spent")
+        return f"failurePolicy rule {rule.name}: its budget ({describe_budget(rule)}) is spent"
     return f"failurePolicy rule {decision.rule}: {decision.action.value}"
 
